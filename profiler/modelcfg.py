@@ -1,0 +1,225 @@
+"""What the heuristic and the KV arithmetic need from a model's Hugging Face `config.json`.
+
+Read once, without transformers: the architecture (is it MLA? multimodal? MoE?), the shapes that set the
+weight bytes per GPU and the KV bytes per token. The weight and parameter figures are estimates from the
+layer shapes (stated as such wherever they are shown); the KV bytes per token are exact for the layouts
+SGLang uses (GQA/MHA heads sharded by attention-TP, MLA latent replicated).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from profiler.errors import MemfracError
+
+# Architectures SGLang serves with its MLA attention (sglang/srt/configs/model_config.py, 0.5.23).
+MLA_ARCHITECTURES = frozenset(
+    {
+        "DeepseekV2ForCausalLM",
+        "DeepseekV32ForCausalLM",
+        "DeepseekV3ForCausalLM",
+        "DeepseekV3ForCausalLMNextN",
+        "Glm4MoeLiteForCausalLM",
+        "GlmMoeDsaForCausalLM",
+        "LongcatFlashForCausalLM",
+        "MistralLarge3ForCausalLM",
+        "KimiK25ForConditionalGeneration",
+        "KimiVLForConditionalGeneration",
+        "KimiLinearForCausalLM",
+        "MiniCPM3ForCausalLM",
+        "DeepseekVL2ForCausalLM",
+        "BailingMoeV2_5ForCausalLM",
+        "BailingMoeV3ForCausalLM",
+        "SarvamMLAForCausalLM",
+        "Glm5NextForConditionalGeneration",
+    }
+)
+
+_DTYPE_BYTES = {
+    "float32": 4, "fp32": 4, "float": 4,
+    "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2,
+    "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "float8_e4m3fn": 1, "int8": 1,
+    "fp4": 0.5, "fp4_e2m1": 0.5,
+}  # fmt: skip
+
+
+def dtype_bytes(name: str) -> float:
+    """Bytes per element of a dtype name as used by HF configs and sglang's --kv-cache-dtype."""
+    try:
+        return _DTYPE_BYTES[name.lower().replace("torch.", "")]
+    except KeyError:
+        raise MemfracError(f"unknown dtype {name!r}; known: {', '.join(sorted(_DTYPE_BYTES))}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class ModelShape:
+    """The shapes of one model, read from its config.json."""
+
+    path: str
+    architecture: str
+    model_type: str
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    tie_word_embeddings: bool
+    dtype: str
+    is_mla: bool
+    is_multimodal: bool
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    qk_nope_head_dim: int = 0
+    v_head_dim: int = 0
+    q_lora_rank: int = 0
+    num_experts: int = 0
+    moe_intermediate_size: int = 0
+    num_shared_experts: int = 0
+    num_dense_layers: int = 0
+    quantization: str = ""  # "fp8" when linear weights are stored in FP8 (block-quantized checkpoints)
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    # ---- parameters -------------------------------------------------------------------------------
+    def _attention_params(self) -> int:
+        h = self.hidden_size
+        if self.is_mla:
+            qk = self.qk_nope_head_dim + self.qk_rope_head_dim
+            q = (h * self.q_lora_rank + self.q_lora_rank * self.num_heads * qk) if self.q_lora_rank else h * self.num_heads * qk
+            kv = h * (self.kv_lora_rank + self.qk_rope_head_dim)
+            kv += self.kv_lora_rank * self.num_heads * (self.qk_nope_head_dim + self.v_head_dim)
+            return q + kv + self.num_heads * self.v_head_dim * h
+        q = h * self.num_heads * self.head_dim
+        kv = 2 * h * self.num_kv_heads * self.head_dim
+        return q + kv + self.num_heads * self.head_dim * h
+
+    def _dense_mlp_params(self) -> int:
+        return 3 * self.hidden_size * self.intermediate_size
+
+    def _expert_params(self) -> int:
+        """Routed experts of one MoE layer (the part expert parallelism shards)."""
+        return self.num_experts * 3 * self.hidden_size * self.moe_intermediate_size
+
+    def _moe_replicated_params(self) -> int:
+        """Shared experts and the router of one MoE layer."""
+        return self.num_shared_experts * 3 * self.hidden_size * self.moe_intermediate_size + self.hidden_size * self.num_experts
+
+    @property
+    def num_moe_layers(self) -> int:
+        return self.num_layers - self.num_dense_layers if self.is_moe else 0
+
+    def param_count(self) -> int:
+        """Estimated parameters of the served model (no MTP/draft layers), from the layer shapes."""
+        embed = self.vocab_size * self.hidden_size * (1 if self.tie_word_embeddings else 2)
+        dense_layers = self.num_layers - self.num_moe_layers
+        per_layer_attn = self._attention_params()
+        moe = self.num_moe_layers * (self._expert_params() + self._moe_replicated_params())
+        return embed + self.num_layers * per_layer_attn + dense_layers * self._dense_mlp_params() + moe
+
+    # ---- per-GPU bytes ----------------------------------------------------------------------------
+    def weight_bytes_per_gpu(self, tp: int = 1, pp: int = 1, attn_dp: int = 1) -> int:
+        """Estimated weight bytes one GPU holds: attention sharded over attention-TP (tp/attn_dp),
+        MLPs and experts over tp (experts over ep×moe-tp = tp), embeddings vocab-parallel over tp, layers
+        split over pp. FP8 checkpoints store linear weights in 1 byte (+ fp32 128×128 block scales)."""
+        base = dtype_bytes(self.dtype)
+        lin = 1 + 4 / (128 * 128) if self.quantization == "fp8" else base
+        attn_tp = max(1, tp // max(1, attn_dp))
+        layers = self.num_layers / pp
+        dense_layers = (self.num_layers - self.num_moe_layers) / pp
+        moe_layers = self.num_moe_layers / pp
+        embed = self.vocab_size * self.hidden_size * (1 if self.tie_word_embeddings else 2) / tp * base
+        attn = layers * self._attention_params() / attn_tp * lin
+        mlp = dense_layers * self._dense_mlp_params() / tp * lin
+        experts = moe_layers * (self._expert_params() / tp * lin + self._moe_replicated_params() / tp * lin)
+        return int(embed + attn + mlp + experts)
+
+    def kv_bytes_per_token(self, tp: int = 1, pp: int = 1, attn_dp: int = 1, kv_dtype: str = "auto") -> int:
+        """KV-cache bytes per token on one GPU, all layers it holds.
+
+        GQA/MHA: K and V, each kv_heads/attention-TP heads (at least one: heads are replicated when the
+        attention-TP size exceeds the KV head count). MLA: one latent of kv_lora_rank + rope dims, the
+        same on every rank.
+        """
+        elem = dtype_bytes(self.dtype if kv_dtype in ("auto", "", None) else kv_dtype)
+        layers = math.ceil(self.num_layers / pp)
+        if self.is_mla:
+            return int(layers * (self.kv_lora_rank + self.qk_rope_head_dim) * elem)
+        attn_tp = max(1, tp // max(1, attn_dp))
+        heads = max(1, self.num_kv_heads // attn_tp)
+        return int(2 * layers * heads * self.head_dim * elem)
+
+
+def _first(cfg: dict[str, Any], *keys: str, default: Any = None) -> Any:
+    for k in keys:
+        if cfg.get(k) is not None:
+            return cfg[k]
+    return default
+
+
+@cache
+def load_model_shape(model_dir: str) -> ModelShape:
+    """Read `<model_dir>/config.json` (cached per path: a model's shapes do not change under us)."""
+    p = Path(model_dir)
+    cfg_path = p / "config.json" if p.is_dir() else p
+    try:
+        raw = json.loads(cfg_path.read_text())
+    except FileNotFoundError:
+        raise MemfracError(f"model config not found: {cfg_path} (a model is a directory holding config.json)") from None
+    except json.JSONDecodeError as e:
+        raise MemfracError(f"{cfg_path}: not valid JSON ({e})") from None
+    return shape_from_config(raw, str(p))
+
+
+def shape_from_config(raw: dict[str, Any], path: str = "") -> ModelShape:
+    """Build a ModelShape from a parsed HF config (text config of multimodal models included)."""
+    archs = raw.get("architectures") or ["unknown"]
+    arch = archs[0]
+    text = raw.get("text_config") or raw.get("llm_config") or raw
+    multimodal = "vision_config" in raw or "vision_config" in text or arch.endswith("ForConditionalGeneration")
+    hidden = _first(text, "hidden_size", "d_model")
+    heads = _first(text, "num_attention_heads", "n_head")
+    if hidden is None or heads is None:
+        raise MemfracError(f"{path or 'config.json'}: missing hidden_size/num_attention_heads; not a decoder LLM config")
+    n_experts = _first(text, "n_routed_experts", "num_experts", "num_local_experts", default=0) or 0
+    quant = raw.get("quantization_config") or text.get("quantization_config") or {}
+    qm = str(quant.get("quant_method", "")).lower()
+    first_dense = _first(text, "first_k_dense_replace", default=None)
+    if first_dense is None:
+        mlp_only = text.get("mlp_only_layers") or []
+        first_dense = len(mlp_only)
+    is_mla = arch in MLA_ARCHITECTURES and text.get("kv_lora_rank") is not None
+    return ModelShape(
+        path=path,
+        architecture=arch,
+        model_type=str(raw.get("model_type", "")),
+        hidden_size=int(hidden),
+        num_layers=int(_first(text, "num_hidden_layers", "n_layer")),
+        num_heads=int(heads),
+        num_kv_heads=int(_first(text, "num_key_value_heads", default=heads)),
+        head_dim=int(_first(text, "head_dim", default=hidden // heads)),
+        intermediate_size=int(_first(text, "intermediate_size", default=4 * hidden)),
+        vocab_size=int(_first(text, "vocab_size", default=0)),
+        tie_word_embeddings=bool(_first(raw, "tie_word_embeddings", default=text.get("tie_word_embeddings", False))),
+        dtype=str(_first(raw, "torch_dtype", "dtype", default=text.get("torch_dtype", "bfloat16"))),
+        is_mla=is_mla,
+        is_multimodal=multimodal,
+        kv_lora_rank=int(text.get("kv_lora_rank") or 0),
+        qk_rope_head_dim=int(text.get("qk_rope_head_dim") or 0),
+        qk_nope_head_dim=int(text.get("qk_nope_head_dim") or 0),
+        v_head_dim=int(text.get("v_head_dim") or 0),
+        q_lora_rank=int(text.get("q_lora_rank") or 0),
+        num_experts=int(n_experts),
+        moe_intermediate_size=int(_first(text, "moe_intermediate_size", default=0) or 0),
+        num_shared_experts=int(_first(text, "n_shared_experts", "num_shared_experts", default=0) or 0),
+        num_dense_layers=int(first_dense) if n_experts else 0,
+        quantization="fp8" if qm == "fp8" else qm,
+    )
