@@ -485,3 +485,49 @@ def cross_check_with_deep_ep(inp: DeepEPInputs) -> dict[str, Any] | None:
         **comparison,
         "match": all(c["ours"] == c["deep_ep"] for c in comparison.values()),
     }
+
+
+def sizes_dict(s: DeepEPSizes) -> dict[str, Any]:
+    """JSON-ready bytes per buffer, their totals and the heuristic's reserve beside them."""
+    i = s.inputs
+    return {
+        "inputs": {"hidden": i.hidden, "num_experts": i.num_experts, "tokens_per_rank": i.tokens_per_rank,
+                   "num_ranks": i.num_ranks, "mode": i.mode, "hidden_bytes": i.effective_hidden_bytes},
+        "low_latency_rdma_bytes": s.low_latency_rdma,
+        "normal_nvl_bytes": s.normal_nvl,
+        "normal_rdma_bytes": s.normal_rdma,
+        "nvl_metadata_bytes": s.nvl_metadata,
+        "workspace_bytes": s.workspace,
+        "rdma_heap_reserved_bytes": s.rdma_heap_reserved,
+        "analytic_bytes": s.analytic_bytes,
+        "total_bytes": s.total_bytes,
+        "heuristic_reserve_bytes": s.heuristic_reserve_bytes,
+        "excess_over_heuristic_bytes": s.excess_over_heuristic_bytes,
+    }  # fmt: skip
+
+
+def render_sizes(s: DeepEPSizes) -> str:
+    """A table of the buffers, exact bytes and GiB, with the heuristic's 2 GiB and the verdict."""
+    i = s.inputs
+    rows = [
+        ("low-latency RDMA (hint)", s.low_latency_rdma),
+        ("normal NVL (hint)", s.normal_nvl),
+        ("normal RDMA (hint)", s.normal_rdma),
+        ("RDMA buffer allocated (max of the two)", s.num_rdma_bytes),
+        ("NVL metadata", s.nvl_metadata),
+        ("workspace (cudaMalloc)", s.workspace),
+        ("analytic total", s.analytic_bytes),
+        ("NVSHMEM heap reserved (512 MiB granules)", s.rdma_heap_reserved),
+        ("total on the device (lower bound)", s.total_bytes),
+        ("sglang's hard-coded reserve", s.heuristic_reserve_bytes),
+    ]
+    w = max(len(r[0]) for r in rows)
+    out = [
+        f"DeepEP buffers per GPU: hidden {i.hidden}, experts {i.num_experts}, {i.tokens_per_rank} dispatch tokens/rank, "
+        f"{i.num_ranks} ranks, mode {i.mode}"
+    ]
+    out += [f"  {name:<{w}}  {b:>15,} B  {b / GIB:8.3f} GiB" for name, b in rows]
+    ex = s.excess_over_heuristic_bytes
+    verdict = "exceeds" if ex > 0 else "fits in"
+    out.append(f"  the device total {verdict} the 2 GiB reserve by {abs(ex) / GIB:.3f} GiB (NVSHMEM overhead beyond the heap not counted)")
+    return "\n".join(out)

@@ -165,9 +165,8 @@ def _first(cfg: dict[str, Any], *keys: str, default: Any = None) -> Any:
     return default
 
 
-@cache
-def load_model_shape(model_dir: str) -> ModelShape:
-    """Read `<model_dir>/config.json` (cached per path: a model's shapes do not change under us)."""
+def load_model_config(model_dir: str | Path) -> dict[str, Any]:
+    """The parsed `config.json` of a model directory (or the file itself)."""
     p = Path(model_dir)
     cfg_path = p / "config.json" if p.is_dir() else p
     try:
@@ -176,7 +175,15 @@ def load_model_shape(model_dir: str) -> ModelShape:
         raise MemfracError(f"model config not found: {cfg_path} (a model is a directory holding config.json)") from None
     except json.JSONDecodeError as e:
         raise MemfracError(f"{cfg_path}: not valid JSON ({e})") from None
-    return shape_from_config(raw, str(p))
+    if not isinstance(raw, dict):
+        raise MemfracError(f"{cfg_path}: expected a JSON object")
+    return raw
+
+
+@cache
+def load_model_shape(model_dir: str) -> ModelShape:
+    """Read `<model_dir>/config.json` (cached per path: a model's shapes do not change under us)."""
+    return shape_from_config(load_model_config(model_dir), str(model_dir))
 
 
 def shape_from_config(raw: dict[str, Any], path: str = "") -> ModelShape:

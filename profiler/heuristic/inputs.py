@@ -40,6 +40,7 @@ def inputs_from_scenario(s: Scenario, platform: str = "cuda") -> HeuristicInputs
         vit_layers=vit_layers,
         vit_hidden=vit_hidden,
         model_path=s.model_path,
+        architecture=shape.architecture,
         chunked_prefill_size=s.chunked_prefill_size,
         max_prefill_tokens=s.max_prefill_tokens if s.max_prefill_tokens is not None else 16384,
         max_running_requests=s.max_running_requests,

@@ -15,11 +15,14 @@ from __future__ import annotations
 from functools import lru_cache
 
 from profiler.heuristic.record import TERM_NAMES, HeuristicInputs, Reservation, Resolved, Step
-from profiler.heuristic.rules import DEFAULT_RULES, RuleSet
+from profiler.heuristic.rules import BCG_MULTIMODAL_OK, DEFAULT_RULES, RuleSet
 
 DISABLED = "disabled"
 BREAKABLE = "breakable"
 FULL = "full"
+TC_PIECEWISE = "tc_piecewise"
+PIECEWISE = "piecewise"  # 0.5.12–0.5.13: the piecewise prefill graph, on unless disabled
+_DEFAULT_BACKEND = {"pcg": PIECEWISE, "tc": TC_PIECEWISE, "breakable": BREAKABLE, "disabled": DISABLED}
 _N = len(TERM_NAMES)
 (CONSTANT, ACTIVATION, PARALLEL, DECODE_GRAPH, DP_PADDING, PREFILL_GRAPH, PREFILL_BCG_DEEPEP, FLOOR_TOPUP, DEEPEP_A2A,
  SPECULATIVE, XPU, VLM_SCALING) = range(_N)  # fmt: skip
@@ -64,36 +67,40 @@ def resolve(inp: HeuristicInputs, rules: RuleSet = DEFAULT_RULES, steps: list[St
     """Run the resolution steps that precede the heuristic; say what each did into `steps` when given."""
     say = steps.append if steps is not None else None
     gpu = inp.gpu_mem_mib
-    locked_decode = inp.disable_cuda_graph or inp.decode_backend is not None
-    locked_prefill = inp.disable_cuda_graph or inp.prefill_backend is not None
+    pd_off = rules.pd_prefill_disables_graphs and inp.mode == "prefill"
+    disable_all = inp.disable_cuda_graph or pd_off
+    locked_decode = disable_all or inp.decode_backend is not None
+    # 0.5.12–0.5.13 have only an off-switch for the piecewise prefill graph
+    pcg = rules.prefill_default == "pcg"
+    explicit_prefill = inp.prefill_backend if not pcg or inp.prefill_backend == DISABLED else None
+    prefill_off = disable_all and not pcg  # the piecewise graph ignores --disable-cuda-graph
+    locked_prefill = prefill_off or explicit_prefill is not None
 
     # graph backends: the legacy switch, explicit choices, the platform default
-    if rules.default_prefill_backend and inp.platform != "non-cuda":
-        default_prefill = BREAKABLE
-    else:
-        default_prefill = DISABLED
-    decode_backend = inp.decode_backend or (DISABLED if inp.disable_cuda_graph else FULL)
-    prefill_backend = inp.prefill_backend or (DISABLED if inp.disable_cuda_graph else default_prefill)
+    kind = rules.prefill_default
+    if inp.platform == "non-cuda" and rules.offcuda_prefill_default != "same":
+        kind = rules.offcuda_prefill_default
+    default_prefill = _DEFAULT_BACKEND[kind]
+    decode_backend = inp.decode_backend or (DISABLED if disable_all else FULL)
+    prefill_backend = explicit_prefill or (DISABLED if prefill_off else default_prefill)
     if say:
+        if pd_off:
+            say(Step("pd_hook", "prefill node: the PD hook sets --disable-cuda-graph (0.5.13–0.5.15)"))
         if inp.disable_cuda_graph:
             say(Step("graph_backends", "--disable-cuda-graph: decode and prefill graph backends disabled"))
-        elif inp.prefill_backend is None:
-            why = "on CUDA" if default_prefill == BREAKABLE else "off CUDA or in this release"
-            say(Step("graph_backends", f"prefill graph backend defaults to {default_prefill} ({why})"))
+        elif explicit_prefill is None and not prefill_off:
+            say(Step("graph_backends", f"prefill graph backend defaults to {default_prefill}"))
+
+    # compatibility rules that switch the default prefill graph off (skipped when the user chose a backend)
+    if not locked_prefill and prefill_backend != DISABLED:
+        why = _prefill_incompatible(inp, rules, prefill_backend)
+        if why:
+            prefill_backend = DISABLED
+            if say:
+                say(Step("graph_compat", f"{default_prefill} prefill graph disabled: {why}"))
 
     prefill_bs = inp.prefill_bs
     prefill_max_bs = inp.prefill_max_bs
-    # compatibility: PP and multimodal models disable the default breakable prefill graph
-    if not locked_prefill and prefill_backend == BREAKABLE:
-        if inp.pp > 1 and rules.pp_disables_breakable:
-            prefill_backend = DISABLED
-            if say:
-                say(Step("graph_compat", "pp > 1: breakable prefill graph disabled by default"))
-        elif inp.is_multimodal and rules.multimodal_disables_breakable:
-            prefill_backend = DISABLED
-            if say:
-                say(Step("graph_compat", "multimodal model: breakable prefill graph disabled by default"))
-
     # DeepEP: breakable prefill buckets aligned to multiples of 8, before prefill max_bs is known
     if rules.deepep_align_prefill_bs and prefill_backend == BREAKABLE and inp.moe_a2a_backend == "deepep":
         src = prefill_bs if prefill_bs is not None else prefill_bs_list(prefill_max_bs or 2048)
@@ -163,6 +170,12 @@ def resolve(inp: HeuristicInputs, rules: RuleSet = DEFAULT_RULES, steps: list[St
         else:
             prefill_max_bs = chunk
             why = "chunked_prefill_size"
+        if (
+            rules.pp_prefill_cap and inp.pp > 1 and prefill_backend == BREAKABLE and inp.prefill_bs is None
+            and prefill_max_bs > 8192
+        ):
+            prefill_max_bs = 8192
+            why += ", capped at 8192 with pp > 1"
         if inp.max_total_tokens is not None and inp.max_total_tokens < prefill_max_bs:
             prefill_max_bs = inp.max_total_tokens
             why += ", capped by max_total_tokens"
@@ -171,7 +184,7 @@ def resolve(inp: HeuristicInputs, rules: RuleSet = DEFAULT_RULES, steps: list[St
             why += ", capped at 4096 for llama-2"
         if say and prefill_backend != DISABLED:
             say(Step("prefill_max_bs", f"prefill graph max_bs {prefill_max_bs} ({why})"))
-    if rules.clamp_prefill_to_context_length and inp.context_length is not None and inp.context_length < prefill_max_bs:
+    if rules.context_length_clamp and inp.context_length is not None and inp.context_length < prefill_max_bs:
         prefill_max_bs = inp.context_length
         if say:
             say(Step("prefill_max_bs", f"prefill graph max_bs clamped to context_length {prefill_max_bs}"))
@@ -179,7 +192,7 @@ def resolve(inp: HeuristicInputs, rules: RuleSet = DEFAULT_RULES, steps: list[St
         prefill_bs = prefill_bs_list(prefill_max_bs)
 
     post_capture = rules.post_capture_base_mib is not None and _post_capture_planned(
-        inp, chunk, decode_backend, prefill_backend, prefill_bs
+        inp, rules, chunk, decode_backend, prefill_backend, prefill_bs
     )
     return Resolved(
         gpu, chunk, inp.max_prefill_tokens, inp.max_running_requests, decode_backend, decode_max_bs, decode_bs,
@@ -188,14 +201,59 @@ def resolve(inp: HeuristicInputs, rules: RuleSet = DEFAULT_RULES, steps: list[St
 
 
 def _post_capture_planned(
-    inp: HeuristicInputs, chunk: int, decode_backend: str, prefill_backend: str, prefill_bs: tuple[int, ...]
+    inp: HeuristicInputs, rules: RuleSet, chunk: int, decode_backend: str, prefill_backend: str, prefill_bs: tuple[int, ...]
 ) -> bool:
     """`post_capture_kv_sizing_planned` for what the model knows (CUDA, no DCP, sharding or memory saver)."""
     if not inp.post_capture_env or inp.platform != "cuda" or inp.is_mla:
         return False
+    if rules.post_capture_excludes_dp_attention and inp.attn_dp > 1:
+        return False
     if inp.mode != "prefill" and decode_backend == DISABLED:
         return False
-    return not (inp.mode != "decode" and (prefill_backend == DISABLED or chunk <= 0 or chunk > max(prefill_bs or (0,))))
+    if inp.mode != "decode":
+        if prefill_backend == DISABLED:
+            return False
+        if rules.post_capture_checks_prefill_coverage and (chunk <= 0 or chunk > max(prefill_bs or (0,))):
+            return False
+    return True
+
+
+_DSA_ARCHS = frozenset({"DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM"})
+_A2A_VALIDATED = frozenset({"none", "deepep", "megamoe", "flashinfer"})
+
+
+def _prefill_incompatible(inp: HeuristicInputs, rules: RuleSet, backend: str) -> str:
+    """Why sglang's compatibility pass turns this default prefill graph off ("" = it stays on)."""
+    if backend in (PIECEWISE, TC_PIECEWISE):
+        if inp.architecture in rules.tc_disabled_archs:
+            return f"architecture {inp.architecture}"
+        if inp.mode != "null":
+            return "PD disaggregation"
+        if inp.attn_dp > 1:
+            return "DP attention"
+        if inp.pp > 1:
+            return "pp > 1"
+        if inp.moe_a2a_backend != "none":
+            return f"moe_a2a_backend {inp.moe_a2a_backend}"
+        if inp.is_multimodal:
+            return "multimodal model"
+        return ""
+    if backend == BREAKABLE:
+        if rules.pp_disables_breakable and inp.pp > 1:
+            return "pp > 1 (opt in with an explicit prefill backend)"
+        if rules.bcg_disables_mla and inp.is_mla and not (rules.deepep_align_prefill_bs and inp.architecture in _DSA_ARCHS):
+            return "MLA model"
+        if inp.architecture.startswith("DeepseekV4"):
+            return "DeepSeek-V4"
+        if rules.bcg_disables_any_a2a and inp.moe_a2a_backend != "none":
+            return f"moe_a2a_backend {inp.moe_a2a_backend}"
+        if not rules.bcg_disables_any_a2a and inp.moe_a2a_backend not in _A2A_VALIDATED:
+            return f"unvalidated a2a backend {inp.moe_a2a_backend}"
+        if rules.bcg_disables_dp_attention and inp.attn_dp > 1:
+            return "DP attention"
+        if inp.is_multimodal and not (rules.bcg_multimodal_allowlist and inp.architecture in BCG_MULTIMODAL_OK):
+            return "multimodal model"
+    return ""
 
 
 def evaluate(
@@ -255,11 +313,13 @@ def evaluate(
 
         # decode graph
         max_bs = res.decode_max_bs
-        if res.decode_backend != DISABLED and not (role_aware and mode == "prefill"):
+        if not role_aware or (res.decode_backend != DISABLED and mode != "prefill"):
             mib[DECODE_GRAPH], on[DECODE_GRAPH] = max_bs * 2, True
             total += max_bs * 2
             if why is not None:
-                why[DECODE_GRAPH] = f"decode max_bs {max_bs} × 2 MiB"
+                why[DECODE_GRAPH] = f"decode max_bs {max_bs} × 2 MiB" + (
+                    "" if role_aware else " (added unconditionally before PR #29615)"
+                )
         elif why is not None:
             why[DECODE_GRAPH] = "prefill node" if role_aware and mode == "prefill" else f"decode graph backend {res.decode_backend}"
 
@@ -333,16 +393,22 @@ def evaluate(
             )  # fmt: skip
 
         # speculative draft reserve (0.5.12–0.5.13), after the floor
-        spec = rules.spec_after_floor.get(inp.speculative_algorithm or "", 0.0) if rules.spec_after_floor else 0.0
+        alg = inp.speculative_algorithm
+        spec = 0.0
+        if rules.spec_after_floor and alg is not None:  # compared before sglang upper-cases it
+            spec = 6144.0 if alg == "STANDALONE" else (0.0 if alg == "NGRAM" else 4096.0)
         if spec:
             mib[SPECULATIVE], on[SPECULATIVE] = spec, True
             total += spec
             if why is not None:
                 why[SPECULATIVE] = f"{inp.speculative_algorithm} draft model: +{spec:g} MiB after the floor"
         elif why is not None:
-            why[SPECULATIVE] = "no speculative reserve in this rule set" if not rules.spec_after_floor else "no matching draft algorithm"
+            why[SPECULATIVE] = (
+                f"rule set {rules.name} has no speculative reserve" if not rules.spec_after_floor
+                else "no draft model" if alg is None else "NGRAM drafts need no reserve"
+            )  # fmt: skip
 
-        if inp.platform == "xpu":
+        if rules.xpu_term and inp.platform == "xpu":
             mib[XPU], on[XPU] = 2048.0, True
             total += 2048.0
             if why is not None:
@@ -356,8 +422,8 @@ def evaluate(
     else:
         frac = round((gpu - total) / gpu, 3)
     # VLM scaling multiplies the fraction (not on a decode node after #29615)
-    if inp.is_multimodal and gpu is not None and not (role_aware and mode == "decode"):
-        new = _vlm_adjust(frac, inp, res.post_capture_sizing, gpu)
+    if inp.is_multimodal and gpu is not None and not (rules.vlm_skip_decode and mode == "decode"):
+        new = _vlm_adjust(frac, inp, res.post_capture_sizing and rules.vlm_post_capture, gpu)
         mib[VLM_SCALING], on[VLM_SCALING] = (frac - new) * gpu, True
         if why is not None:
             why[VLM_SCALING] = f"multimodal model: fraction {frac:.3f} → {new:.4f}"

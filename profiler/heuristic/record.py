@@ -56,6 +56,7 @@ class HeuristicInputs:
     vit_layers: int | None = None  # vision tower shape, for the VLM scaling (None: no vision_config)
     vit_hidden: int | None = None
     model_path: str = ""
+    architecture: str = ""
     chunked_prefill_size: int | None = None
     max_prefill_tokens: int = 16384
     max_running_requests: int | None = None

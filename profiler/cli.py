@@ -1,0 +1,123 @@
+"""The `memfrac` command: one subcommand per stage, each a thin shell over its module.
+
+Every user error (bad scenario, missing file, unknown GPU) is a `MemfracError`: printed as one line, exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+
+from profiler import __version__
+from profiler.errors import MemfracError
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _cmd_explain(a: argparse.Namespace) -> int:
+    from profiler.explain import compare_rules, explain, render_compare, render_text
+    from profiler.heuristic import rules_for
+    from profiler.scenario import load_scenarios
+
+    scenarios = load_scenarios(a.scenario)
+    if a.compare_rules:
+        ra_, rb_ = rules_for(a.compare_rules[0]), rules_for(a.compare_rules[1])
+        pairs = [(s, *compare_rules(s, ra_, rb_)) for s in scenarios]
+        if a.json:
+            out = [
+                {"scenario": s.name, "a": x.as_dict(), "b": y.as_dict(),
+                 "delta_reserved_mib": y.reserved_mib - x.reserved_mib,
+                 "delta_fraction": round(y.mem_fraction_static - x.mem_fraction_static, 6)}
+                for s, x, y in pairs
+            ]  # fmt: skip
+            print(json.dumps(out if len(out) > 1 else out[0], indent=1))
+        else:
+            print("\n\n".join(render_compare(s, x, y) for s, x, y in pairs))
+        return 0
+    rules = rules_for(a.rules)
+    exps = [explain(s, rules, a.free_at_start) for s in scenarios]
+    if a.oracle:
+        from profiler.oracle import resolve_scenario
+
+        for e in exps:
+            o = resolve_scenario(e.scenario)
+            print(f"{e.scenario.name}: sglang {o.sglang_version} resolved mem_fraction_static = {o.mem_fraction_static}"
+                  + (f" (error: {o.error})" if o.error else "") + f"; model: {e.reservation.mem_fraction_static}")  # fmt: skip
+        return 0
+    if a.json:
+        objs = [e.as_dict() for e in exps]
+        print(json.dumps(objs if len(objs) > 1 else objs[0], indent=1))
+    else:
+        print("\n\n".join(render_text(e) for e in exps))
+    return 0
+
+
+def _cmd_deepep_size(a: argparse.Namespace) -> int:
+    from profiler.deepep import DeepEPInputs, analytic_sizes, inputs_from_model_config, render_sizes, sizes_dict
+    from profiler.modelcfg import load_model_config
+
+    try:
+        if a.model:
+            inp = inputs_from_model_config(load_model_config(a.model), tokens_per_rank=a.tokens, num_ranks=a.ranks, mode=a.mode)
+        elif a.hidden is None or a.experts is None:
+            raise MemfracError("give --hidden and --experts, or --model DIR (a directory with config.json)")
+        else:
+            inp = DeepEPInputs(hidden=a.hidden, num_experts=a.experts, tokens_per_rank=a.tokens, num_ranks=a.ranks, mode=a.mode)
+        sizes = analytic_sizes(inp)
+    except ValueError as e:
+        raise MemfracError(str(e)) from None
+    print(json.dumps(sizes_dict(sizes), indent=1) if a.json else render_sizes(sizes))
+    return 0
+
+
+def _add_explain(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("explain", help="the heuristic's terms for a scenario and what they leave for the KV cache")
+    p.add_argument("scenario", help="scenario .toml (a [matrix] explains every expanded scenario)")
+    p.add_argument("--rules", default="0.5.23", help="sglang release whose rules to apply (default 0.5.23)")
+    p.add_argument("--compare-rules", nargs=2, metavar=("A", "B"), help="show term by term how two releases differ")
+    p.add_argument("--free-at-start", type=float, metavar="MIB", help="free GPU memory at start (default: capacity)")
+    p.add_argument("--oracle", action="store_true", help="also resolve with the installed sglang and print both")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_cmd_explain)
+
+
+def _add_deepep(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("deepep-size", help="analytic DeepEP buffer sizes beside the heuristic's hard-coded 2 GiB")
+    p.add_argument("--hidden", type=int, help="model hidden size")
+    p.add_argument("--experts", type=int, help="routed experts (as DeepEP sees them)")
+    p.add_argument("--tokens", type=int, default=128, help="SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK (default 128)")
+    p.add_argument("--ranks", type=int, default=8, help="EP group size (default 8)")
+    p.add_argument("--mode", default="auto", choices=("low_latency", "normal", "auto"))
+    p.add_argument("--model", metavar="CONFIG_DIR", help="read hidden size and experts from a model directory")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_deepep_size)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="memfrac", description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--version", action="version", version=f"memfrac {__version__}")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_explain(sub)
+    _add_deepep(sub)
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = build_parser()
+    a = ap.parse_args(argv)
+    try:
+        return int(a.func(a) or 0)
+    except MemfracError as e:
+        print(f"memfrac: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("memfrac: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
