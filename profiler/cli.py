@@ -43,8 +43,11 @@ def _cmd_explain(a: argparse.Namespace) -> int:
 
         for e in exps:
             o = resolve_scenario(e.scenario)
-            print(f"{e.scenario.name}: sglang {o.sglang_version} resolved mem_fraction_static = {o.mem_fraction_static}"
-                  + (f" (error: {o.error})" if o.error else "") + f"; model: {e.reservation.mem_fraction_static}")  # fmt: skip
+            err = f" (error: {o.error})" if o.error else ""
+            print(
+                f"{e.scenario.name}: sglang {o.sglang_version} resolved mem_fraction_static = "
+                f"{o.mem_fraction_static}{err}; model: {e.reservation.mem_fraction_static}"
+            )
         return 0
     if a.json:
         objs = [e.as_dict() for e in exps]
@@ -60,11 +63,15 @@ def _cmd_deepep_size(a: argparse.Namespace) -> int:
 
     try:
         if a.model:
-            inp = inputs_from_model_config(load_model_config(a.model), tokens_per_rank=a.tokens, num_ranks=a.ranks, mode=a.mode)
+            inp = inputs_from_model_config(
+                load_model_config(a.model), tokens_per_rank=a.tokens, num_ranks=a.ranks, mode=a.mode
+            )
         elif a.hidden is None or a.experts is None:
             raise MemfracError("give --hidden and --experts, or --model DIR (a directory with config.json)")
         else:
-            inp = DeepEPInputs(hidden=a.hidden, num_experts=a.experts, tokens_per_rank=a.tokens, num_ranks=a.ranks, mode=a.mode)
+            inp = DeepEPInputs(
+                hidden=a.hidden, num_experts=a.experts, tokens_per_rank=a.tokens, num_ranks=a.ranks, mode=a.mode
+            )
         sizes = analytic_sizes(inp)
     except ValueError as e:
         raise MemfracError(str(e)) from None
@@ -87,7 +94,9 @@ def _add_deepep(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("deepep-size", help="analytic DeepEP buffer sizes beside the heuristic's hard-coded 2 GiB")
     p.add_argument("--hidden", type=int, help="model hidden size")
     p.add_argument("--experts", type=int, help="routed experts (as DeepEP sees them)")
-    p.add_argument("--tokens", type=int, default=128, help="SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK (default 128)")
+    p.add_argument(
+        "--tokens", type=int, default=128, help="SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK (default 128)"
+    )
     p.add_argument("--ranks", type=int, default=8, help="EP group size (default 8)")
     p.add_argument("--mode", default="auto", choices=("low_latency", "normal", "auto"))
     p.add_argument("--model", metavar="CONFIG_DIR", help="read hidden size and experts from a model directory")

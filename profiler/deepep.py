@@ -167,9 +167,7 @@ class DeepEPInputs:
         if self.mode not in _MODES:
             raise ValueError(f"mode={self.mode!r} is not supported; allowed: {', '.join(_MODES)}")
         if self.hidden_bytes is not None:
-            _check_int(
-                "hidden_bytes", self.hidden_bytes, 1, None, "a positive integer, or None for 2 * hidden"
-            )
+            _check_int("hidden_bytes", self.hidden_bytes, 1, None, "a positive integer, or None for 2 * hidden")
         _check_int("num_sms", self.num_sms, 2, None, "a positive even integer")
         if self.num_sms % 2:
             raise ValueError(f"num_sms={self.num_sms} is odd; allowed: a positive even integer")
@@ -471,8 +469,7 @@ def cross_check_with_deep_ep(inp: DeepEPInputs) -> dict[str, Any] | None:
             config_source = "deep_ep.Buffer recommended"
         else:
             configs = [
-                deep_ep.Config(inp.num_sms, *table[inp.num_ranks])
-                for table in (_DISPATCH_CHUNKS, _COMBINE_CHUNKS)
+                deep_ep.Config(inp.num_sms, *table[inp.num_ranks]) for table in (_DISPATCH_CHUNKS, _COMBINE_CHUNKS)
             ]
             config_source = "memfrac table with num_sms"
         r = inp.num_ranks
@@ -523,11 +520,15 @@ def render_sizes(s: DeepEPSizes) -> str:
     ]
     w = max(len(r[0]) for r in rows)
     out = [
-        f"DeepEP buffers per GPU: hidden {i.hidden}, experts {i.num_experts}, {i.tokens_per_rank} dispatch tokens/rank, "
+        f"DeepEP buffers per GPU: hidden {i.hidden}, experts {i.num_experts}, "
+        f"{i.tokens_per_rank} dispatch tokens/rank, "
         f"{i.num_ranks} ranks, mode {i.mode}"
     ]
     out += [f"  {name:<{w}}  {b:>15,} B  {b / GIB:8.3f} GiB" for name, b in rows]
     ex = s.excess_over_heuristic_bytes
     verdict = "exceeds" if ex > 0 else "fits in"
-    out.append(f"  the device total {verdict} the 2 GiB reserve by {abs(ex) / GIB:.3f} GiB (NVSHMEM overhead beyond the heap not counted)")
+    out.append(
+        f"  the device total {verdict} the 2 GiB reserve by {abs(ex) / GIB:.3f} GiB "
+        "(NVSHMEM overhead beyond the heap not counted)"
+    )
     return "\n".join(out)

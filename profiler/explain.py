@@ -57,7 +57,13 @@ class Explanation:
 
     def as_dict(self) -> dict[str, Any]:
         d = self.reservation.as_dict()
-        return {"scenario": self.scenario.name, "gpu": self.scenario.gpu.name, "mode": self.scenario.mode, **d, "kv": self.kv.as_dict()}
+        return {
+            "scenario": self.scenario.name,
+            "gpu": self.scenario.gpu.name,
+            "mode": self.scenario.mode,
+            **d,
+            "kv": self.kv.as_dict(),
+        }
 
 
 def explain(s: Scenario, rules: RuleSet, free_at_start_mib: float | None = None) -> Explanation:
@@ -85,7 +91,8 @@ def render_text(e: Explanation) -> str:
     lines = [
         f"{s.name}: {s.model} on {s.gpu.name} ({s.gpu.total_mib} MiB), mode {s.mode}, tp {s.tp}"
         + (f" pp {s.pp}" if s.pp > 1 else "") + (f" attn-dp {s.attn_dp}" if s.attn_dp > 1 else "")
-        + (f" dp {s.dp}" if s.dp > 1 else "") + (f", moe_a2a {s.moe_a2a_backend}" if s.moe_a2a_backend != "none" else ""),
+        + (f" dp {s.dp}" if s.dp > 1 else "")
+        + (f", moe_a2a {s.moe_a2a_backend}" if s.moe_a2a_backend != "none" else ""),
         f"rules: sglang {r.rule_set.name} (applies to {r.rule_set.releases})",
         "resolution before the heuristic:",
     ]  # fmt: skip
@@ -95,18 +102,24 @@ def render_text(e: Explanation) -> str:
     for t in r.terms:
         mark = " " if t.on else "-"
         lines.append(f"{mark} {t.name:<{w}}  {_mib(t.mib):>9}  {t.reason}")
-    lines.append(f"  {'reserved':<{w}}  {_mib(r.reserved_mib):>9}  = {r.reserved_mib / 1024:.2f} GiB of {s.gpu.total_mib} MiB")
+    lines.append(
+        f"  {'reserved':<{w}}  {_mib(r.reserved_mib):>9}  = {r.reserved_mib / 1024:.2f} GiB of {s.gpu.total_mib} MiB"
+    )
     flags = ", ".join(r.flags) if r.flags else "none"
     frac_line = f"mem_fraction_static = {r.heuristic_fraction:.3f}"
     if r.given:
-        frac_line = f"mem_fraction_static = {r.mem_fraction_static} (given; the heuristic would pick {r.heuristic_fraction:.3f})"
+        would = f"the heuristic would pick {r.heuristic_fraction:.3f}"
+        frac_line = f"mem_fraction_static = {r.mem_fraction_static} (given; {would})"
     lines.append(f"{frac_line}    flags: {flags}")
     if "floor_applied" in r.flags:
         lines.append("  the 10 GiB floor dominates: every term above it is swallowed")
     if "fraction_nonpositive" in r.flags:
         lines.append("  the fraction is ≤ 0: sglang would leave nothing for weights and KV cache (it fails at start)")
     if s.extra_args:
-        lines.append(f"  not modelled: extra flags {' '.join(s.extra_args)} (use `memfrac explain --oracle` to resolve with sglang)")
+        lines.append(
+            f"  not modelled: extra flags {' '.join(s.extra_args)} "
+            "(use `memfrac explain --oracle` to resolve with sglang)"
+        )
     lines.append("KV cache on one GPU:")
     where = "assumed equal to capacity; no measurement" if kv.free_at_start_assumed else "given"
     lines.append(f"  free at start {_mib(kv.free_at_start_mib)} MiB ({where}) × {r.mem_fraction_static:.3f}")
@@ -115,7 +128,9 @@ def render_text(e: Explanation) -> str:
         f"{sh.quantization or sh.dtype}, sharded tp {s.tp}; estimate from config shapes)"
     )
     lines.append(f"  = KV budget {kv.budget_mib / 1024:.2f} GiB; {kv.kv_bytes_per_token:,} B/token ({_kv_line(s)})")
-    lines.append(f"  ≈ {kv.tokens:,} tokens" if kv.budget_mib > 0 else "  ≈ 0 tokens: the weights do not fit under this fraction")
+    lines.append(
+        f"  ≈ {kv.tokens:,} tokens" if kv.budget_mib > 0 else "  ≈ 0 tokens: the weights do not fit under this fraction"
+    )
     return "\n".join(lines)
 
 
@@ -134,14 +149,18 @@ def render_compare(s: Scenario, ra: Reservation, rb: Reservation) -> str:
         note = "" if abs(d) < 1e-9 and ta.on == tb.on else f"{a}: {ta.reason} | {b}: {tb.reason}"
         out.append(f"  {ta.name:<{w}}  {_mib(ta.mib):>9}  {_mib(tb.mib):>9}  {_mib(d):>8}  {note}")
     out.append(
-        f"  {'reserved':<{w}}  {_mib(ra.reserved_mib):>9}  {_mib(rb.reserved_mib):>9}  {_mib(rb.reserved_mib - ra.reserved_mib):>8}"
+        f"  {'reserved':<{w}}  {_mib(ra.reserved_mib):>9}  {_mib(rb.reserved_mib):>9}  "
+        f"{_mib(rb.reserved_mib - ra.reserved_mib):>8}"
     )
     out.append(
         f"  {'fraction':<{w}}  {ra.mem_fraction_static:>9.3f}  {rb.mem_fraction_static:>9.3f}  "
         f"{rb.mem_fraction_static - ra.mem_fraction_static:>+8.3f}"
     )
     kva, kvb = kv_budget(s, ra.mem_fraction_static), kv_budget(s, rb.mem_fraction_static)
-    out.append(f"  KV tokens per GPU (free at start assumed = capacity): {kva.tokens:,} → {kvb.tokens:,} ({kvb.tokens - kva.tokens:+,})")
+    out.append(
+        f"  KV tokens per GPU (free at start assumed = capacity): {kva.tokens:,} → {kvb.tokens:,} "
+        f"({kvb.tokens - kva.tokens:+,})"
+    )
     steps_a = {st.detail for st in ra.steps}
     steps_b = {st.detail for st in rb.steps}
     for d in sorted(steps_a - steps_b):

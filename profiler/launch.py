@@ -95,7 +95,9 @@ def _graph_flags(s: Scenario, new: bool) -> list[str]:
     return out
 
 
-def launch_command(s: Scenario, host: str, port: int, release: str = "0.5.23", extra: list[str] | None = None) -> list[str]:
+def launch_command(
+    s: Scenario, host: str, port: int, release: str = "0.5.23", extra: list[str] | None = None
+) -> list[str]:
     """The full worker command line: `python -m sglang.launch_server` with dummy weights on our port."""
     return [
         "python", "-m", "sglang.launch_server", *server_argv(s, release),

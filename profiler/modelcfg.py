@@ -94,7 +94,11 @@ class ModelShape:
         h = self.hidden_size
         if self.is_mla:
             qk = self.qk_nope_head_dim + self.qk_rope_head_dim
-            q = (h * self.q_lora_rank + self.q_lora_rank * self.num_heads * qk) if self.q_lora_rank else h * self.num_heads * qk
+            q = (
+                (h * self.q_lora_rank + self.q_lora_rank * self.num_heads * qk)
+                if self.q_lora_rank
+                else h * self.num_heads * qk
+            )
             kv = h * (self.kv_lora_rank + self.qk_rope_head_dim)
             kv += self.kv_lora_rank * self.num_heads * (self.qk_nope_head_dim + self.v_head_dim)
             return q + kv + self.num_heads * self.v_head_dim * h
@@ -111,7 +115,10 @@ class ModelShape:
 
     def _moe_replicated_params(self) -> int:
         """Shared experts and the router of one MoE layer."""
-        return self.num_shared_experts * 3 * self.hidden_size * self.moe_intermediate_size + self.hidden_size * self.num_experts
+        return (
+            self.num_shared_experts * 3 * self.hidden_size * self.moe_intermediate_size
+            + self.hidden_size * self.num_experts
+        )
 
     @property
     def num_moe_layers(self) -> int:
@@ -195,7 +202,9 @@ def shape_from_config(raw: dict[str, Any], path: str = "") -> ModelShape:
     hidden = _first(text, "hidden_size", "d_model")
     heads = _first(text, "num_attention_heads", "n_head")
     if hidden is None or heads is None:
-        raise MemfracError(f"{path or 'config.json'}: missing hidden_size/num_attention_heads; not a decoder LLM config")
+        raise MemfracError(
+            f"{path or 'config.json'}: missing hidden_size/num_attention_heads; not a decoder LLM config"
+        )
     n_experts = _first(text, "n_routed_experts", "num_experts", "num_local_experts", default=0) or 0
     quant = raw.get("quantization_config") or text.get("quantization_config") or {}
     qm = str(quant.get("quant_method", "")).lower()

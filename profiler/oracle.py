@@ -52,7 +52,9 @@ def sglang_version() -> str:
     try:
         import sglang
     except ImportError:
-        raise MemfracError("sglang is not installed here; install memfrac with the extra: pip install 'memfrac[sglang]'") from None
+        raise MemfracError(
+            "sglang is not installed here; install memfrac with the extra: pip install 'memfrac[sglang]'"
+        ) from None
     return getattr(sglang, "__version__", "unknown")
 
 
@@ -88,19 +90,29 @@ class _Patches:
         self.names: list[str] = []
 
     def __enter__(self) -> _Patches:
-        import sglang.srt.utils.common as common  # noqa: F401  (bind the original before scanning)
+        import sglang.srt.utils.common as common
 
         original = common.get_device_memory_capacity
         # Older releases bind it in server_args; newer in several arg_groups modules. Patch every binding.
         for modname in [m for m in list(sys.modules) if m.startswith("sglang.")]:
             mod = sys.modules.get(modname)
             if mod is not None and getattr(mod, "get_device_memory_capacity", None) is original:
-                self._set(mod, "get_device_memory_capacity", lambda *a, **k: self.gpu_mem_mib, f"{modname}.get_device_memory_capacity")
+                self._set(
+                    mod,
+                    "get_device_memory_capacity",
+                    lambda *a, **k: self.gpu_mem_mib,
+                    f"{modname}.get_device_memory_capacity",
+                )
         try:
             import sglang.srt.model_executor.cuda_graph_config as cgc
 
             if hasattr(cgc, "default_prefill_backend"):
-                self._set(cgc, "default_prefill_backend", lambda *a, **k: cgc.Backend.BREAKABLE, f"{cgc.__name__}.default_prefill_backend")
+                self._set(
+                    cgc,
+                    "default_prefill_backend",
+                    lambda *a, **k: cgc.Backend.BREAKABLE,
+                    f"{cgc.__name__}.default_prefill_backend",
+                )
         except ImportError:
             pass
         return self
@@ -138,42 +150,50 @@ def _plain(v: Any) -> Any:
     return v if isinstance(v, str | int | float | bool | type(None)) else str(v)
 
 
+class Resolver:
+    """sglang's own argument parser and resolution, set up once for many argv (the parser is costly)."""
+
+    def __init__(self, patch: bool | None = None) -> None:
+        self.version = sglang_version()
+        logging.disable(logging.WARNING)
+        warnings.filterwarnings("ignore")
+        _import_resolver_modules()
+        from sglang.srt.server_args import ServerArgs
+
+        self._server_args = ServerArgs
+        self.patch = (not _cuda_available()) if patch is None else patch
+        self.parser = argparse.ArgumentParser(prog="sglang")
+        ServerArgs.add_cli_args(self.parser)
+
+    def resolve(self, argv: list[str], gpu_mem_mib: int | None, env: dict[str, str] | None = None) -> OracleResult:
+        """Parse `argv`, build ServerArgs, run its resolution; sglang's own errors come back as `error`."""
+        if self.patch and gpu_mem_mib is None:
+            raise MemfracError("no GPU here: give the GPU size (MiB) the resolver should see")
+        err = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(err):
+                ns = self.parser.parse_args(argv)
+        except SystemExit:
+            msg = err.getvalue().strip().splitlines()
+            return OracleResult(self.version, gpu_mem_mib, (), None, error=msg[-1] if msg else "bad arguments")
+        ns.device = "cuda"
+        with _env(env or {}), _Patches(gpu_mem_mib) if self.patch else contextlib.nullcontext() as p:  # type: ignore[arg-type]
+            patched = tuple(p.names) if p else ()
+            try:
+                sa = self._server_args.from_cli_args(ns)
+                if hasattr(sa, "resolve_once"):
+                    sa.resolve_once()
+            except (ValueError, AssertionError, TypeError, KeyError, NotImplementedError, RuntimeError) as e:
+                return OracleResult(self.version, gpu_mem_mib, patched, None, error=f"{type(e).__name__}: {e}")
+            resolved = _read_resolved(sa)
+        return OracleResult(self.version, gpu_mem_mib, patched, resolved.get("mem_fraction_static"), resolved)
+
+
 def resolve_argv(
     argv: list[str], gpu_mem_mib: int | None, env: dict[str, str] | None = None, patch: bool | None = None
 ) -> OracleResult:
-    """Parse `argv` with sglang's own argparse, build ServerArgs and run its resolution.
-
-    `patch=None` patches only when no CUDA device is present. sglang's own argument errors come back as
-    `OracleResult.error` (its message), never as a traceback.
-    """
-    version = sglang_version()
-    logging.disable(logging.WARNING)
-    warnings.filterwarnings("ignore")
-    _import_resolver_modules()
-    from sglang.srt.server_args import ServerArgs
-
-    do_patch = (not _cuda_available()) if patch is None else patch
-    if do_patch and gpu_mem_mib is None:
-        raise MemfracError("no GPU here: give the GPU size (MiB) the resolver should see")
-    parser = argparse.ArgumentParser(prog="sglang")
-    ServerArgs.add_cli_args(parser)
-    err = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(err):
-            ns = parser.parse_args(argv)
-    except SystemExit:
-        return OracleResult(version, gpu_mem_mib, (), None, error=err.getvalue().strip().splitlines()[-1] if err.getvalue() else "bad arguments")
-    ns.device = "cuda"
-    with _env(env or {}), (_Patches(gpu_mem_mib) if do_patch else contextlib.nullcontext()) as p:  # type: ignore[arg-type]
-        try:
-            sa = ServerArgs.from_cli_args(ns)
-            if hasattr(sa, "resolve_once"):
-                sa.resolve_once()
-        except (ValueError, AssertionError, TypeError, KeyError, NotImplementedError) as e:
-            return OracleResult(version, gpu_mem_mib, tuple(p.names) if p else (), None, error=f"{type(e).__name__}: {e}")
-        resolved = _read_resolved(sa)
-    mfs = resolved.get("mem_fraction_static")
-    return OracleResult(version, gpu_mem_mib, tuple(p.names) if p else (), mfs, resolved)
+    """Resolve one argv with the installed sglang (`patch=None`: patch only when no CUDA device is present)."""
+    return Resolver(patch).resolve(argv, gpu_mem_mib, env)
 
 
 def _read_resolved(sa: Any) -> dict[str, Any]:
@@ -195,14 +215,17 @@ def _read_resolved(sa: Any) -> dict[str, Any]:
     return out
 
 
-def resolve_scenario(s: Any, patch: bool | None = None) -> OracleResult:
-    """Resolve a `Scenario` with the installed sglang."""
+def resolve_scenario(s: Any, patch: bool | None = None, resolver: Resolver | None = None) -> OracleResult:
+    """Resolve a `Scenario` with the installed sglang (pass a `Resolver` to reuse it across many)."""
     from profiler.launch import server_argv
 
-    return resolve_argv(server_argv(s, sglang_version()), s.gpu.total_mib, s.env_dict, patch)
+    r = resolver or Resolver(patch)
+    return r.resolve(server_argv(s, r.version), s.gpu.total_mib, s.env_dict)
 
 
-def resolve_batch_subprocess(jobs: list[dict[str, Any]], pythonpath: list[str], python: str = sys.executable) -> list[OracleResult]:
+def resolve_batch_subprocess(
+    jobs: list[dict[str, Any]], pythonpath: list[str], python: str = sys.executable
+) -> list[OracleResult]:
     """Resolve many argv with another sglang (its directory first on PYTHONPATH), in one subprocess.
 
     Each job is {"argv": [...], "gpu_mem_mib": int, "env": {...}}.
@@ -211,7 +234,11 @@ def resolve_batch_subprocess(jobs: list[dict[str, Any]], pythonpath: list[str], 
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = os.pathsep.join([*pythonpath, here, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     proc = subprocess.run(
-        [python, "-m", "profiler.oracle", "--batch", "-"], input=json.dumps(jobs), capture_output=True, text=True, env=env
+        [python, "-m", "profiler.oracle", "--batch", "-"],
+        input=json.dumps(jobs),
+        capture_output=True,
+        text=True,
+        env=env,
     )
     if proc.returncode != 0:
         raise MemfracError(f"resolver subprocess failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
@@ -223,11 +250,17 @@ def _main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description="resolve sglang argv with the sglang on PYTHONPATH (used by tests)")
     ap.add_argument("--batch", required=True, help="JSON file of jobs, or - for stdin")
     a = ap.parse_args(argv)
-    jobs = json.load(sys.stdin if a.batch == "-" else open(a.batch))
+    if a.batch == "-":
+        jobs = json.load(sys.stdin)
+    else:
+        with open(a.batch) as f:
+            jobs = json.load(f)
     results = []
+    with contextlib.redirect_stdout(io.StringIO()):
+        resolver = Resolver(patch=True)
     for j in jobs:
         with contextlib.redirect_stdout(io.StringIO()):
-            r = resolve_argv(j["argv"], j.get("gpu_mem_mib"), j.get("env"), patch=True)
+            r = resolver.resolve(j["argv"], j.get("gpu_mem_mib"), j.get("env"))
         results.append(asdict(r))
     print(json.dumps(results))
     return 0

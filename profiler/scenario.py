@@ -229,7 +229,10 @@ _SCALAR_KEYS: dict[str, tuple[Callable, str]] = {
     "deepep_mode": (_choice(DEEPEP_MODES), " | ".join(DEEPEP_MODES)),
     "deepep_dispatch_tokens": (_int(1, 1024), "an integer 1..1024 (SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK)"),
     "mem_fraction_static": (_fraction, "a number strictly between 0 and 1 (omit it to let sglang derive it)"),
-    "kv_cache_dtype": (_choice(("auto", "bf16", "bfloat16", "fp8_e4m3", "fp8_e5m2")), "auto | bf16 | fp8_e4m3 | fp8_e5m2"),
+    "kv_cache_dtype": (
+        _choice(("auto", "bf16", "bfloat16", "fp8_e4m3", "fp8_e5m2")),
+        "auto | bf16 | fp8_e4m3 | fp8_e5m2",
+    ),
     "extra_args": (_str_list, 'a list of strings, e.g. ["--enable-symm-mem"]'),
     "env": (_env, "a table of NAME = value"),
 }
@@ -260,7 +263,9 @@ def load_scenarios(path: str | Path, models_dir: Path | None = None) -> list[Sce
     return scenarios_from_doc(doc, f, models_dir or BUNDLED_MODELS, base_dir=p.parent)
 
 
-def scenarios_from_doc(doc: Mapping[str, Any], f: str, models_dir: Path, base_dir: Path | None = None) -> list[Scenario]:
+def scenarios_from_doc(
+    doc: Mapping[str, Any], f: str, models_dir: Path, base_dir: Path | None = None
+) -> list[Scenario]:
     """Validate and expand an already parsed scenario document (see module docstring for the layout)."""
     defaults = dict(doc.get("defaults") or {})
     if "scenario" in doc:
@@ -269,7 +274,9 @@ def scenarios_from_doc(doc: Mapping[str, Any], f: str, models_dir: Path, base_di
             raise ScenarioError(f, "scenario", entries, "an array of tables ([[scenario]])")
         stray = sorted(set(doc) - {"scenario", "defaults"})
         if stray:
-            raise ScenarioError(f, stray[0], doc[stray[0]], "with [[scenario]] entries only [defaults] may sit at top level")
+            raise ScenarioError(
+                f, stray[0], doc[stray[0]], "with [[scenario]] entries only [defaults] may sit at top level"
+            )
         raw_entries = [(f"scenario[{i}]", {**defaults, **e}) for i, e in enumerate(entries)]
     else:
         raw_entries = [("", {**defaults, **{k: v for k, v in doc.items() if k != "defaults"}})]
@@ -291,7 +298,9 @@ def _key(prefix: str, key: str) -> str:
     return f"{prefix}.{key}" if prefix else key
 
 
-def _expand_entry(entry: dict[str, Any], f: str, prefix: str, models_dir: Path, base_dir: Path | None) -> list[Scenario]:
+def _expand_entry(
+    entry: dict[str, Any], f: str, prefix: str, models_dir: Path, base_dir: Path | None
+) -> list[Scenario]:
     matrix = entry.pop("matrix", None) or {}
     if not isinstance(matrix, dict):
         raise ScenarioError(f, _key(prefix, "matrix"), matrix, "a table of key = [values...]")
@@ -299,7 +308,12 @@ def _expand_entry(entry: dict[str, Any], f: str, prefix: str, models_dir: Path, 
     for mk, values in matrix.items():
         top = mk.split(".", 1)[0]
         if top not in ALL_KEYS or top in ("matrix", "name"):
-            raise ScenarioError(f, _key(prefix, f"matrix.{mk}"), values, "keys: " + ", ".join(k for k in ALL_KEYS if k not in ("matrix", "name")))
+            raise ScenarioError(
+                f,
+                _key(prefix, f"matrix.{mk}"),
+                values,
+                "keys: " + ", ".join(k for k in ALL_KEYS if k not in ("matrix", "name")),
+            )
         if not isinstance(values, list) or not values:
             raise ScenarioError(f, _key(prefix, f"matrix.{mk}"), values, "a non-empty list of values")
         axes.append((mk, values))
@@ -355,7 +369,9 @@ def _generated_name(base: str, chosen: list[tuple[str, Any]]) -> str:
 
 def _resolve_model(value: Any, f: str, key: str, models_dir: Path, base_dir: Path | None) -> tuple[str, str]:
     if not isinstance(value, str) or not value:
-        raise ScenarioError(f, key, value, "a model directory name under scenarios/models/ or a path to a directory with config.json")
+        raise ScenarioError(
+            f, key, value, "a model directory name under scenarios/models/ or a path to a directory with config.json"
+        )
     candidates = [models_dir / value, Path(value)]
     if base_dir is not None:
         candidates.insert(1, base_dir / value)
@@ -435,7 +451,9 @@ def _check_consistency(s: Scenario, f: str, prefix: str) -> None:
         if not s.shape.is_moe:
             raise ScenarioError(f, _key(prefix, "moe_a2a_backend"), "deepep", f"none (model {s.model} has no experts)")
         if s.tp * s.dp < 2:
-            raise ScenarioError(f, _key(prefix, "moe_a2a_backend"), "deepep", "none, or deepep with an EP group of ≥ 2 GPUs (tp ≥ 2)")
+            raise ScenarioError(
+                f, _key(prefix, "moe_a2a_backend"), "deepep", "none, or deepep with an EP group of ≥ 2 GPUs (tp ≥ 2)"
+            )
     if s.speculative_num_draft_tokens is not None and s.speculative_algorithm is None:
         raise ScenarioError(
             f, _key(prefix, "speculative_num_draft_tokens"), s.speculative_num_draft_tokens,
@@ -464,7 +482,10 @@ def scenario_dict(s: Scenario) -> dict[str, Any]:
         if isinstance(v, Gpu):
             v = {"name": v.name, "total_mib": v.total_mib}
         elif isinstance(v, GraphSettings | RunSettings):
-            v = {x.name: (list(getattr(v, x.name)) if isinstance(getattr(v, x.name), tuple) else getattr(v, x.name)) for x in fields(v)}
+            v = {
+                x.name: (list(getattr(v, x.name)) if isinstance(getattr(v, x.name), tuple) else getattr(v, x.name))
+                for x in fields(v)
+            }
         elif fld.name == "env":
             v = dict(v)
         elif fld.name == "matrix":

@@ -42,7 +42,11 @@ VARIANTS: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("llama8-prefill-maxbs", LLAMA8, {"prefill_graph": {"max_bs": 3000}}),
     ("llama8-prefill-off", LLAMA8, {"prefill_graph": {"backend": "disabled"}}),
     ("llama8-decode-off", LLAMA8, {"decode_graph": {"backend": "disabled"}}),
-    ("llama8-both-graphs-explicit", LLAMA8, {"decode_graph": {"backend": "full"}, "prefill_graph": {"backend": "breakable"}}),
+    (
+        "llama8-both-graphs-explicit",
+        LLAMA8,
+        {"decode_graph": {"backend": "full"}, "prefill_graph": {"backend": "breakable"}},
+    ),
     ("llama8-no-padding", LLAMA8, {"disable_cuda_graph_padding": True, "decode_graph": {"max_bs": 40}}),
     ("llama8-mtt4k", LLAMA8, {"max_total_tokens": 4096}),
     ("llama8-pp2", LLAMA8, {"pp": 2}),
@@ -58,11 +62,20 @@ VARIANTS: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("dsv3-tp8-attndp8", DSV3, {"tp": 8, "attn_dp": 8}),
     ("dsv3-tp8-attndp8-deepep", DSV3, {"tp": 8, "attn_dp": 8, "ep": 8, "moe_a2a_backend": "deepep"}),
     ("dsv3-tp8-attndp8-maxbs400", DSV3, {"tp": 8, "attn_dp": 8, "decode_graph": {"max_bs": 400}}),
-    ("dsv3-tp8-nextn4", DSV3, {"tp": 8, "speculative_algorithm": "NEXTN", "speculative_num_draft_tokens": 4,
-                               "speculative_num_steps": 3, "speculative_eagle_topk": 1}),
+    (
+        "dsv3-tp8-nextn4",
+        DSV3,
+        {
+            "tp": 8,
+            "speculative_algorithm": "NEXTN",
+            "speculative_num_draft_tokens": 4,
+            "speculative_num_steps": 3,
+            "speculative_eagle_topk": 1,
+        },
+    ),
     ("dsv3-tp8-mrr128", DSV3, {"tp": 8, "max_running_requests": 128}),
     ("kimi-tp8-deepep", KIMI, {"tp": 8, "ep": 8, "moe_a2a_backend": "deepep"}),
-)  # fmt: skip
+)
 
 
 def conformance_grid(gpus: tuple[str, ...] = GRID_GPUS, modes: tuple[str, ...] = MODES) -> list[Scenario]:

@@ -140,9 +140,13 @@ def resolve(inp: HeuristicInputs, rules: RuleSet = DEFAULT_RULES, steps: list[St
             if chunk is None:
                 parts.append(f"chunked_prefill_size {d_chunk}")
             if decode_max_bs is None:
-                tp_note = f" (tp {'≥' if inp.tp >= 4 else '<'} 4)" if band and band.max_bs != band.max_bs_large_tp else ""
+                tp_note = (
+                    f" (tp {'≥' if inp.tp >= 4 else '<'} 4)" if band and band.max_bs != band.max_bs_large_tp else ""
+                )
                 parts.append(f"decode max_bs {d_bs}{tp_note}")
-            where = (f"band < {band.limit_gib} GiB" if band.limit_gib else "largest band") if band else "GPU size unknown"
+            where = (
+                (f"band < {band.limit_gib} GiB" if band.limit_gib else "largest band") if band else "GPU size unknown"
+            )
             say(Step("gpu_size_defaults", f"{gpu} MiB, {where}: " + ", ".join(parts)))
         if chunk is None:
             chunk = d_chunk
@@ -151,7 +155,12 @@ def resolve(inp: HeuristicInputs, rules: RuleSet = DEFAULT_RULES, steps: list[St
             mrr = inp.max_running_requests
             if rules.cap_max_bs_by_mrr and mrr is not None and decode_max_bs > mrr:
                 if say:
-                    say(Step("max_bs_cap", f"defaulted decode max_bs {decode_max_bs} lowered to max_running_requests {mrr}"))
+                    say(
+                        Step(
+                            "max_bs_cap",
+                            f"defaulted decode max_bs {decode_max_bs} lowered to max_running_requests {mrr}",
+                        )
+                    )
                 decode_max_bs = mrr
 
     # capture lists
@@ -171,7 +180,10 @@ def resolve(inp: HeuristicInputs, rules: RuleSet = DEFAULT_RULES, steps: list[St
             prefill_max_bs = chunk
             why = "chunked_prefill_size"
         if (
-            rules.pp_prefill_cap and inp.pp > 1 and prefill_backend == BREAKABLE and inp.prefill_bs is None
+            rules.pp_prefill_cap
+            and inp.pp > 1
+            and prefill_backend == BREAKABLE
+            and inp.prefill_bs is None
             and prefill_max_bs > 8192
         ):
             prefill_max_bs = 8192
@@ -201,7 +213,12 @@ def resolve(inp: HeuristicInputs, rules: RuleSet = DEFAULT_RULES, steps: list[St
 
 
 def _post_capture_planned(
-    inp: HeuristicInputs, rules: RuleSet, chunk: int, decode_backend: str, prefill_backend: str, prefill_bs: tuple[int, ...]
+    inp: HeuristicInputs,
+    rules: RuleSet,
+    chunk: int,
+    decode_backend: str,
+    prefill_backend: str,
+    prefill_bs: tuple[int, ...],
 ) -> bool:
     """`post_capture_kv_sizing_planned` for what the model knows (CUDA, no DCP, sharding or memory saver)."""
     if not inp.post_capture_env or inp.platform != "cuda" or inp.is_mla:
@@ -241,7 +258,11 @@ def _prefill_incompatible(inp: HeuristicInputs, rules: RuleSet, backend: str) ->
     if backend == BREAKABLE:
         if rules.pp_disables_breakable and inp.pp > 1:
             return "pp > 1 (opt in with an explicit prefill backend)"
-        if rules.bcg_disables_mla and inp.is_mla and not (rules.deepep_align_prefill_bs and inp.architecture in _DSA_ARCHS):
+        if (
+            rules.bcg_disables_mla
+            and inp.is_mla
+            and not (rules.deepep_align_prefill_bs and inp.architecture in _DSA_ARCHS)
+        ):
             return "MLA model"
         if inp.architecture.startswith("DeepseekV4"):
             return "DeepSeek-V4"
@@ -284,7 +305,8 @@ def evaluate(
         if why is not None:
             why[CONSTANT] = f"post-capture KV sizing planned: fixed base {base:g} MiB"
             why[PARALLEL] = f"tp {inp.tp} × pp {inp.pp} / 8 × 1024"
-            for i in (ACTIVATION, DECODE_GRAPH, DP_PADDING, PREFILL_GRAPH, PREFILL_BCG_DEEPEP, FLOOR_TOPUP, DEEPEP_A2A):
+            for i in (ACTIVATION, DECODE_GRAPH, DP_PADDING, PREFILL_GRAPH, PREFILL_BCG_DEEPEP, FLOOR_TOPUP, DEEPEP_A2A,
+                      SPECULATIVE, XPU):  # fmt: skip
                 why[i] = "post-capture sizing: measured after graph capture instead"
     else:
         mib[CONSTANT], on[CONSTANT] = 512.0, True
@@ -295,7 +317,9 @@ def evaluate(
             tokens = max(running * draft, 2048)
             if why is not None:
                 src = "max_running_requests" if inp.max_running_requests else "decode max_bs"
-                why[ACTIVATION] = f"decode node: max({src} {running} × draft tokens {draft}, 2048) = {tokens} tokens × 1.5"
+                why[ACTIVATION] = (
+                    f"decode node: max({src} {running} × draft tokens {draft}, 2048) = {tokens} tokens × 1.5"
+                )
         elif res.chunked_prefill_size > 0:
             tokens = max(res.chunked_prefill_size, 2048)
             if why is not None:
@@ -303,7 +327,9 @@ def evaluate(
         else:
             tokens = max(res.max_prefill_tokens, 2048)
             if why is not None:
-                why[ACTIVATION] = f"chunking off: max(max_prefill_tokens {res.max_prefill_tokens}, 2048) = {tokens} tokens × 1.5"
+                why[ACTIVATION] = (
+                    f"chunking off: max(max_prefill_tokens {res.max_prefill_tokens}, 2048) = {tokens} tokens × 1.5"
+                )
         act = tokens * 1.5
         mib[ACTIVATION], on[ACTIVATION] = act, True
         total = 512.0 + act + par
@@ -321,7 +347,9 @@ def evaluate(
                     "" if role_aware else " (added unconditionally before PR #29615)"
                 )
         elif why is not None:
-            why[DECODE_GRAPH] = "prefill node" if role_aware and mode == "prefill" else f"decode graph backend {res.decode_backend}"
+            why[DECODE_GRAPH] = (
+                "prefill node" if role_aware and mode == "prefill" else f"decode graph backend {res.decode_backend}"
+            )
 
         # DP-attention padding (older releases spell the width --dp-size with --enable-dp-attention)
         width = inp.attn_dp
@@ -360,10 +388,16 @@ def evaluate(
                 why[PREFILL_BCG_DEEPEP] = (
                     f"rule set {rules.name} has no prefill-BCG DeepEP delta"
                     if not rules.prefill_bcg_deepep_mib
-                    else ("moe_a2a_backend is not deepep" if not deepep else f"prefill graph backend {res.prefill_backend}")
+                    else (
+                        "moe_a2a_backend is not deepep"
+                        if not deepep
+                        else f"prefill graph backend {res.prefill_backend}"
+                    )
                 )
         elif why is not None:
-            why[PREFILL_GRAPH] = "decode node" if role_aware and mode == "decode" else f"prefill graph backend {res.prefill_backend}"
+            why[PREFILL_GRAPH] = (
+                "decode node" if role_aware and mode == "decode" else f"prefill graph backend {res.prefill_backend}"
+            )
             why[PREFILL_BCG_DEEPEP] = "no prefill graph"
 
         # the 10 GiB floor on GPUs above 60 GiB
@@ -375,7 +409,9 @@ def evaluate(
             total = 10 * 1024.0
         elif why is not None:
             why[FLOOR_TOPUP] = (
-                "GPU size unknown" if gpu is None else ("GPU ≤ 60 GiB: no floor" if gpu <= 60 * 1024 else "terms already ≥ 10 GiB")
+                "GPU size unknown"
+                if gpu is None
+                else ("GPU ≤ 60 GiB: no floor" if gpu <= 60 * 1024 else "terms already ≥ 10 GiB")
             )
 
         # DeepEP all-to-all, after the floor

@@ -38,11 +38,11 @@ SGLANG_TERM_SOURCE = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class HeuristicInputs:
+class HeuristicInputs(NamedTuple):
     """Everything the heuristic reads, before sglang's resolution fills the defaults in.
 
-    None means "not given by the user" — exactly what sglang sees when a flag is left out.
+    None means "not given by the user" — exactly what sglang sees when a flag is left out. A NamedTuple:
+    immutable, hashable, and cheap to build by the thousand in sweeps and benchmarks.
     """
 
     gpu_mem_mib: int | None
@@ -129,9 +129,17 @@ class Reservation:
     """
 
     __slots__ = (
-        "_explained", "flags", "heuristic_fraction", "inputs", "mem_fraction_static", "reserved_mib", "resolved",
-        "rule_set", "term_mib", "term_on",
-    )  # fmt: skip
+        "_explained",
+        "flags",
+        "heuristic_fraction",
+        "inputs",
+        "mem_fraction_static",
+        "reserved_mib",
+        "resolved",
+        "rule_set",
+        "term_mib",
+        "term_on",
+    )
 
     def __init__(
         self,
@@ -170,7 +178,8 @@ class Reservation:
             _, mib, on, why, steps, *_ = evaluate(self.inputs, self.rule_set, explain=True)
             inputs_of = _term_inputs(self)
             terms = tuple(
-                Term(n, mib[i], on[i], (why or [""] * len(mib))[i], inputs_of.get(n, ())) for i, n in enumerate(TERM_NAMES)
+                Term(n, mib[i], on[i], (why or [""] * len(mib))[i], inputs_of.get(n, ()))
+                for i, n in enumerate(TERM_NAMES)
             )
             self._explained = (terms, tuple(steps or ()))
         return self._explained
@@ -214,7 +223,8 @@ class Reservation:
             "reserved_mib": self.reserved_mib,
             "flags": list(self.flags),
             "terms": [
-                {"name": t.name, "mib": t.mib, "on": t.on, "reason": t.reason, "inputs": dict(t.inputs)} for t in self.terms
+                {"name": t.name, "mib": t.mib, "on": t.on, "reason": t.reason, "inputs": dict(t.inputs)}
+                for t in self.terms
             ],
             "resolution": [{"step": s.name, "detail": s.detail} for s in self.steps],
             "resolved": {
@@ -238,20 +248,29 @@ def _term_inputs(r: Reservation) -> dict[str, tuple[tuple[str, Any], ...]]:
     i, res = r.inputs, r.resolved
     return {
         "activation": (
-            ("mode", i.mode), ("chunked_prefill_size", res.chunked_prefill_size), ("max_prefill_tokens", res.max_prefill_tokens),
-            ("max_running_requests", i.max_running_requests), ("decode_max_bs", res.decode_max_bs),
+            ("mode", i.mode),
+            ("chunked_prefill_size", res.chunked_prefill_size),
+            ("max_prefill_tokens", res.max_prefill_tokens),
+            ("max_running_requests", i.max_running_requests),
+            ("decode_max_bs", res.decode_max_bs),
             ("speculative_num_draft_tokens", i.speculative_num_draft_tokens),
         ),
         "parallel": (("tp", i.tp), ("pp", i.pp)),
         "decode_graph": (("decode_backend", res.decode_backend), ("decode_max_bs", res.decode_max_bs)),
         "dp_padding": (("attn_dp", i.attn_dp), ("decode_max_bs", res.decode_max_bs)),
         "prefill_graph": (
-            ("prefill_backend", res.prefill_backend), ("prefill_buckets", len(res.prefill_bs)), ("is_mla", i.is_mla),
+            ("prefill_backend", res.prefill_backend),
+            ("prefill_buckets", len(res.prefill_bs)),
+            ("is_mla", i.is_mla),
         ),
         "prefill_bcg_deepep": (("prefill_backend", res.prefill_backend), ("moe_a2a_backend", i.moe_a2a_backend)),
         "floor_topup": (("gpu_mem_mib", i.gpu_mem_mib),),
-        "deepep_a2a": (("moe_a2a_backend", i.moe_a2a_backend), ("mode", i.mode), ("decode_backend", res.decode_backend)),
+        "deepep_a2a": (
+            ("moe_a2a_backend", i.moe_a2a_backend),
+            ("mode", i.mode),
+            ("decode_backend", res.decode_backend),
+        ),
         "speculative": (("speculative_algorithm", i.speculative_algorithm),),
         "xpu": (("platform", i.platform),),
         "vlm_scaling": (("is_multimodal", i.is_multimodal), ("vit_layers", i.vit_layers), ("vit_hidden", i.vit_hidden)),
-    }  # fmt: skip
+    }

@@ -42,20 +42,33 @@ _BANDS_OLD = (Band(20, 2048, 8, 8), Band(35, 2048, 24, 80), *_BANDS_NEW[2:])
 # Architectures whose piecewise/tc prefill graph sglang turns off (0.5.13+ list; 0.5.12 adds two).
 TC_DISABLED_ARCHS = frozenset(
     {
-        "DeepseekV4ForCausalLM", "DeepseekV4ForCausalLMNextN", "DeepseekV4ForCausalLMDSpark", "Qwen3NextForCausalLM",
-        "BailingMoeV2_5ForCausalLM", "LLaDAModelLM", "Glm5NextForConditionalGeneration",
+        "DeepseekV4ForCausalLM",
+        "DeepseekV4ForCausalLMNextN",
+        "DeepseekV4ForCausalLMDSpark",
+        "Qwen3NextForCausalLM",
+        "BailingMoeV2_5ForCausalLM",
+        "LLaDAModelLM",
+        "Glm5NextForConditionalGeneration",
     }
-)  # fmt: skip
+)
 TC_DISABLED_ARCHS_0_5_12 = TC_DISABLED_ARCHS | {"DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM"}
 # Multimodal architectures the breakable prefill graph supports (union over releases; 0.5.16+).
 BCG_MULTIMODAL_OK = frozenset(
     {
-        "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration", "InternS2MobiusForConditionalGeneration",
-        "MuseGlimmerForConditionalGeneration", "KimiK3ForConditionalGeneration", "KimiK25ForConditionalGeneration",
-        "Cohere2VisionForConditionalGeneration", "PaddleOCRVLForConditionalGeneration", "Glm5NextForConditionalGeneration",
-        "Qwen4ExpForConditionalGeneration", "MiniMaxM3SparseForConditionalGeneration", "MuseSparkForConditionalGeneration",
+        "Qwen3_5ForConditionalGeneration",
+        "Qwen3_5MoeForConditionalGeneration",
+        "InternS2MobiusForConditionalGeneration",
+        "MuseGlimmerForConditionalGeneration",
+        "KimiK3ForConditionalGeneration",
+        "KimiK25ForConditionalGeneration",
+        "Cohere2VisionForConditionalGeneration",
+        "PaddleOCRVLForConditionalGeneration",
+        "Glm5NextForConditionalGeneration",
+        "Qwen4ExpForConditionalGeneration",
+        "MiniMaxM3SparseForConditionalGeneration",
+        "MuseSparkForConditionalGeneration",
     }
-)  # fmt: skip
+)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -93,6 +106,8 @@ class RuleSet:
     xpu_term: bool = False  # 0.5.20+
     vlm_skip_decode: bool = False  # 0.5.17+
     vlm_post_capture: bool = False  # 0.5.20+: −8 GiB of fraction instead of the factor
+    fallback_chunk: int = 4096  # GPU size unknown
+    fallback_max_bs: int = 160
 
     def band_for(self, gpu_mib: int) -> Band:
         for b in self.bands:
@@ -118,35 +133,80 @@ R_0_5_12 = RuleSet(
     tc_disabled_archs=TC_DISABLED_ARCHS_0_5_12,
 )
 R_0_5_13 = replace(
-    R_0_5_12, name="0.5.13", releases="0.5.13, 0.5.13.post1", tc_disabled_archs=TC_DISABLED_ARCHS,
-    context_length_clamp=True, pd_prefill_disables_graphs=True,
-)  # fmt: skip
+    R_0_5_12,
+    name="0.5.13",
+    releases="0.5.13, 0.5.13.post1",
+    tc_disabled_archs=TC_DISABLED_ARCHS,
+    context_length_clamp=True,
+    pd_prefill_disables_graphs=True,
+)
 R_0_5_14 = replace(R_0_5_13, name="0.5.14", releases="0.5.14", prefill_default="tc", spec_after_floor=False)
 R_0_5_15 = replace(
-    R_0_5_14, name="0.5.15", releases="0.5.15, 0.5.15.post1", prefill_default="breakable", role_aware=True,
-    deepep_a2a_mib=2048.0, bcg_disables_mla=True, bcg_disables_dp_attention=True, bcg_disables_any_a2a=True,
+    R_0_5_14,
+    name="0.5.15",
+    releases="0.5.15, 0.5.15.post1",
+    prefill_default="breakable",
+    role_aware=True,
+    deepep_a2a_mib=2048.0,
+    bcg_disables_mla=True,
+    bcg_disables_dp_attention=True,
+    bcg_disables_any_a2a=True,
     offcuda_prefill_default="tc",
-)  # fmt: skip
+)
 R_0_5_16 = replace(
-    R_0_5_15, name="0.5.16", releases="0.5.16", pd_prefill_disables_graphs=False, role_gating=True,
-    bcg_multimodal_allowlist=True, post_capture_base_mib=512.0, post_capture_excludes_dp_attention=True,
-)  # fmt: skip
+    R_0_5_15,
+    name="0.5.16",
+    releases="0.5.16",
+    pd_prefill_disables_graphs=False,
+    role_gating=True,
+    bcg_multimodal_allowlist=True,
+    post_capture_base_mib=512.0,
+    post_capture_excludes_dp_attention=True,
+)
 R_0_5_17 = replace(
-    R_0_5_16, name="0.5.17", releases="0.5.17", bcg_disables_dp_attention=False, bcg_disables_any_a2a=False,
-    deepep_align_prefill_bs=True, prefill_bcg_deepep_mib=1024.0, context_length_clamp=False, vlm_skip_decode=True,
-    post_capture_excludes_dp_attention=False, post_capture_checks_prefill_coverage=True,
-)  # fmt: skip
+    R_0_5_16,
+    name="0.5.17",
+    releases="0.5.17",
+    bcg_disables_dp_attention=False,
+    bcg_disables_any_a2a=False,
+    deepep_align_prefill_bs=True,
+    prefill_bcg_deepep_mib=1024.0,
+    context_length_clamp=False,
+    vlm_skip_decode=True,
+    post_capture_excludes_dp_attention=False,
+    post_capture_checks_prefill_coverage=True,
+)
 R_0_5_18 = replace(R_0_5_17, name="0.5.18", releases="0.5.18", bcg_disables_mla=False, post_capture_base_mib=1536.0)
 R_0_5_19 = replace(R_0_5_18, name="0.5.19", releases="0.5.19", pp_disables_breakable=True, pp_prefill_cap=True)
 R_0_5_20 = replace(
-    R_0_5_19, name="0.5.20", releases="0.5.20, 0.5.21", bands=_BANDS_NEW, fallback_fraction=0.95, xpu_term=True,
+    R_0_5_19,
+    name="0.5.20",
+    releases="0.5.20, 0.5.21",
+    bands=_BANDS_NEW,
+    fallback_fraction=0.95,
+    xpu_term=True,
     vlm_post_capture=True,
-)  # fmt: skip
-R_0_5_22 = replace(R_0_5_20, name="0.5.22", releases="0.5.22", cap_max_bs_by_mrr=True, offcuda_prefill_default="disabled")
+)
+R_0_5_22 = replace(
+    R_0_5_20, name="0.5.22", releases="0.5.22", cap_max_bs_by_mrr=True, offcuda_prefill_default="disabled"
+)
 R_0_5_23 = replace(R_0_5_22, name="0.5.23", releases="0.5.23", mla_prefill_max_bs_min8192=True)
 
 RULE_SETS: dict[str, RuleSet] = {
-    r.name: r for r in (R_0_5_12, R_0_5_13, R_0_5_14, R_0_5_15, R_0_5_16, R_0_5_17, R_0_5_18, R_0_5_19, R_0_5_20, R_0_5_22, R_0_5_23)
+    r.name: r
+    for r in (
+        R_0_5_12,
+        R_0_5_13,
+        R_0_5_14,
+        R_0_5_15,
+        R_0_5_16,
+        R_0_5_17,
+        R_0_5_18,
+        R_0_5_19,
+        R_0_5_20,
+        R_0_5_22,
+        R_0_5_23,
+    )
 }
 DEFAULT_RULES = R_0_5_23
 #: The oldest and newest releases modelled exactly.

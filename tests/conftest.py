@@ -1,0 +1,26 @@
+"""Shared test fixtures: paths, the bundled scenarios, and skips that say what to install."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "tests" / "fixtures"
+RELEASES_DIR = ROOT / ".cache" / "sglang-releases"
+
+
+def have_sglang() -> bool:
+    return importlib.util.find_spec("sglang") is not None
+
+
+needs_sglang = pytest.mark.skipif(
+    not have_sglang(), reason="sglang not installed: run `make test` (installs memfrac[sglang])"
+)
+
+
+@pytest.fixture(scope="session")
+def root() -> Path:
+    return ROOT

@@ -1,0 +1,123 @@
+"""The model against the REAL resolver: 0.5.23 in process, older releases side by side in subprocesses.
+
+Each older release is installed without dependencies into .cache/sglang-releases/<release> (`make test`
+does it) and put first on PYTHONPATH; the argv are built for that release's flag spellings.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from profiler.heuristic import inputs_from_scenario, reserve, rules_for
+from profiler.heuristic.grid import conformance_grid
+from profiler.launch import server_argv
+from profiler.scenario import single_scenario
+from tests.conftest import RELEASES_DIR, needs_sglang
+
+OLD_RELEASES = (
+    "0.5.12",
+    "0.5.13",
+    "0.5.14",
+    "0.5.15.post1",
+    "0.5.16",
+    "0.5.17",
+    "0.5.18",
+    "0.5.19",
+    "0.5.20",
+    "0.5.21",
+    "0.5.22",
+)
+LLAMA = "meta-llama--Llama-3.1-8B-Instruct"
+
+
+@pytest.fixture(scope="module")
+def grid():
+    g = conformance_grid()
+    assert len(g) >= 400
+    return g
+
+
+@pytest.fixture(scope="module")
+def resolver():
+    from profiler.oracle import Resolver
+
+    return Resolver(patch=True)
+
+
+def _mismatches(scenarios, results, rules):
+    bad = []
+    for s, o in zip(scenarios, results, strict=True):
+        m = reserve(inputs_from_scenario(s), rules).mem_fraction_static
+        if o.error or o.mem_fraction_static != m:
+            bad.append(f"{s.name}: real {o.mem_fraction_static} {o.error or ''} model {m}")
+    return bad
+
+
+@needs_sglang
+def test_installed_release_equals_model_on_grid(grid, resolver):
+    from profiler.oracle import resolve_scenario
+
+    assert resolver.version == "0.5.23"
+    results = [resolve_scenario(s, resolver=resolver) for s in grid]
+    assert all(r.patched for r in results), "a CPU machine must patch the device capacity"
+    bad = _mismatches(grid, results, rules_for(resolver.version))
+    assert not bad, f"{len(bad)}/{len(grid)} differ:\n" + "\n".join(bad[:20])
+
+
+@needs_sglang
+@pytest.mark.parametrize(
+    ("gpu", "mode", "keys", "expected"),
+    [  # the facts doc's verified outputs of the real 0.5.23 resolver
+        ("H200", "null", {}, 0.903), ("H200", "prefill", {}, 0.907), ("H200", "decode", {}, 0.929),
+        ("H200", "decode", {"model": "Qwen--Qwen3-30B-A3B", "tp": 2, "moe_a2a_backend": "deepep"}, 0.915),
+        ("H200", "null", {"tp": 8, "attn_dp": 8}, 0.765), ("H100-80GB", "null", {}, 0.830),
+        ("B200", "null", {}, 0.854), ("RTX-4090", "null", {"chunked_prefill_size": 16384}, -0.055),
+    ],
+)  # fmt: skip
+def test_facts_doc_outputs(resolver, gpu, mode, keys, expected):
+    from profiler.oracle import resolve_scenario
+
+    keys = dict(keys)
+    model = keys.pop("model", LLAMA)
+    s = single_scenario(model, gpu, mode=mode, **keys)
+    assert resolve_scenario(s, resolver=resolver).mem_fraction_static == expected
+    assert reserve(inputs_from_scenario(s)).mem_fraction_static == expected
+
+
+@needs_sglang
+def test_bad_argument_comes_back_as_sglangs_message(resolver):
+    o = resolver.resolve(["--model-path", "x", "--disaggregation-mode", "both"], 81559)
+    assert o.mem_fraction_static is None and "invalid choice: 'both'" in o.error
+
+
+@pytest.mark.oldreleases
+@needs_sglang
+@pytest.mark.parametrize("release", OLD_RELEASES)
+def test_older_release_equals_its_rule_set(grid, release):
+    from profiler.oracle import resolve_batch_subprocess
+
+    d = RELEASES_DIR / release
+    if not (d / ".installed").exists():
+        pytest.skip(f"sglang {release} not installed side by side: run `make old-releases`")
+    jobs = [{"argv": server_argv(s, release), "gpu_mem_mib": s.gpu.total_mib, "env": s.env_dict} for s in grid]
+    results = resolve_batch_subprocess(jobs, [str(d)])
+    assert {r.sglang_version for r in results} == {release}
+    bad = _mismatches(grid, results, rules_for(release))
+    assert not bad, f"{len(bad)}/{len(grid)} differ:\n" + "\n".join(bad[:20])
+
+
+@pytest.mark.oldreleases
+@needs_sglang
+def test_pr_29615_headline_with_the_real_releases():
+    """H100, Llama-3.1-8B decode node: 0.835 (0.5.14) → 0.874 (0.5.15.post1), as the PR says."""
+    from profiler.oracle import resolve_batch_subprocess
+
+    s = single_scenario(LLAMA, "H100-80GB", mode="decode")
+    got = {}
+    for rel in ("0.5.14", "0.5.15.post1"):
+        d = RELEASES_DIR / rel
+        if not (d / ".installed").exists():
+            pytest.skip(f"sglang {rel} not installed side by side: run `make old-releases`")
+        (r,) = resolve_batch_subprocess([{"argv": server_argv(s, rel), "gpu_mem_mib": s.gpu.total_mib}], [str(d)])
+        got[rel] = r.mem_fraction_static
+    assert got == {"0.5.14": 0.835, "0.5.15.post1": 0.874}

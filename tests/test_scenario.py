@@ -1,0 +1,133 @@
+"""Scenario files: validation messages, matrix expansion, names, defaults."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from profiler.errors import MemfracError, ScenarioError
+from profiler.scenario import load_scenarios, scenario_dict, single_scenario
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "s.toml"
+    p.write_text(text)
+    return p
+
+
+def test_default_set_expands_with_readable_unique_names():
+    ss = load_scenarios(ROOT / "scenarios" / "default.toml")
+    names = [s.name for s in ss]
+    assert len(ss) == 18 and len(set(names)) == 18
+    assert "llama8b-H200-decode-max_bs64" in names
+    assert "dsv3-deepep-H100-80GB-prefill" in names
+    dsv3 = next(s for s in ss if s.name == "dsv3-deepep-H200-decode")
+    assert (dsv3.tp, dsv3.ep, dsv3.moe_a2a_backend, dsv3.gpus_needed) == (8, 8, "deepep", 8)
+    assert dsv3.env_dict["SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK"] == "128"
+    assert dsv3.run.startup_timeout_s == 1200  # from [defaults]
+    modes = {s.mode for s in ss}
+    gpus = {s.gpu.name for s in ss}
+    assert modes == {"null", "prefill", "decode"} and gpus == {"H200", "H100-80GB"}
+
+
+def test_single_scenario_file_and_gpu_by_mib(tmp_path):
+    p = write(tmp_path, 'name = "x"\nmodel = "Qwen--Qwen3-8B"\ngpu = 46068\nmode = "prefill"\n')
+    (s,) = load_scenarios(p)
+    assert s.gpu.name == "L40S" and s.gpu.total_mib == 46068 and s.mode == "prefill"
+    p = write(tmp_path, 'name = "x"\nmodel = "Qwen--Qwen3-8B"\ngpu = 50000\n')
+    assert load_scenarios(p)[0].gpu.total_mib == 50000
+
+
+def test_matrix_dotted_keys_and_lists(tmp_path):
+    p = write(
+        tmp_path,
+        'name = "m"\nmodel = "meta-llama--Llama-3.1-8B-Instruct"\ngpu = "H100"\n'
+        '[matrix]\n"decode_graph.max_bs" = [8, 16]\n"decode_graph.bs" = [[1, 2], [4]]\n'
+        "disable_cuda_graph = [true, false]\n",
+    )
+    ss = load_scenarios(p)
+    assert len(ss) == 8
+    assert ss[0].name == "m-max_bs8-bs1_2-disable_cuda_graph"
+    assert ss[-1].name == "m-max_bs16-bs4-no_disable_cuda_graph"
+    assert ss[0].decode_graph.max_bs == 8 and ss[0].decode_graph.bs == (1, 2)
+    assert dict(ss[0].matrix)["decode_graph.max_bs"] == 8
+
+
+@pytest.mark.parametrize(
+    ("body", "key", "value", "allowed"),
+    [
+        ('mode = "both"', "mode", "'both'", "null | prefill | decode"),
+        ("tp = 0", "tp", "0", "an integer 1..512"),
+        ('gpu = "H300"', "gpu", "'H300'", "a GPU name (T4,"),
+        ('model = "nope"', "model", "'nope'", "meta-llama--Llama-3.1-8B-Instruct"),
+        ("mem_fraction_static = 1.2", "mem_fraction_static", "1.2", "strictly between 0 and 1"),
+        ("chunked_prefill_size = -2", "chunked_prefill_size", "-2", "or -1 to disable chunking"),
+        ("colour = 1", "colour", "1", "known keys:"),
+        ('decode_graph = { backend = "fast" }', "decode_graph.backend", "'fast'", "full | breakable | disabled"),
+        ("decode_graph = { bs = [] }", "decode_graph.bs", "[]", "non-empty list"),
+        ("tp = 4\nattn_dp = 3", "attn_dp", "3", "a divisor of tp=4"),
+        ('moe_a2a_backend = "deepep"\ntp = 2', "moe_a2a_backend", "'deepep'", "has no experts"),
+        ('env = { "1BAD" = "x" }', "env", "", "a table of NAME = value"),
+    ],
+)
+def test_bad_values_name_file_key_value_and_allowed(tmp_path, body, key, value, allowed):
+    base = {"model": 'model = "meta-llama--Llama-3.1-8B-Instruct"', "gpu": 'gpu = "H200"'}
+    lines = ['name = "x"'] + [v for k, v in base.items() if not body.startswith(f"{k} =")] + [body]
+    p = write(tmp_path, "\n".join(lines) + "\n")
+    with pytest.raises(ScenarioError) as ei:
+        load_scenarios(p)
+    msg = str(ei.value)
+    assert str(p) in msg and f"key '{key}'" in msg and value in msg and allowed in msg, msg
+    assert "\n" not in msg
+
+
+def test_matrix_errors(tmp_path):
+    p = write(tmp_path, 'name = "x"\nmodel = "Qwen--Qwen3-8B"\ngpu = "H200"\n[matrix]\nmode = "decode"\n')
+    with pytest.raises(ScenarioError, match=r"matrix\.mode.*non-empty list"):
+        load_scenarios(p)
+    p = write(tmp_path, 'name = "x"\nmodel = "Qwen--Qwen3-8B"\ngpu = "H200"\n[matrix]\nflavour = [1]\n')
+    with pytest.raises(ScenarioError, match=r"matrix\.flavour"):
+        load_scenarios(p)
+
+
+def test_duplicate_names_and_missing_name(tmp_path):
+    p = write(
+        tmp_path,
+        '[[scenario]]\nname="a"\nmodel="Qwen--Qwen3-8B"\ngpu="H200"\n[[scenario]]\nname="a"\nmodel="Qwen--Qwen3-8B"\ngpu="H100"\n',
+    )
+    with pytest.raises(ScenarioError, match="unique names"):
+        load_scenarios(p)
+    p = write(tmp_path, 'model="Qwen--Qwen3-8B"\ngpu="H200"\n')
+    with pytest.raises(ScenarioError, match="key 'name'"):
+        load_scenarios(p)
+
+
+def test_not_toml_and_missing_file(tmp_path):
+    with pytest.raises(MemfracError, match="not valid TOML"):
+        load_scenarios(write(tmp_path, "name = = 1"))
+    with pytest.raises(MemfracError, match="not found"):
+        load_scenarios(tmp_path / "none.toml")
+
+
+def test_cli_bad_scenario_is_one_line_exit_2(tmp_path):
+    p = write(tmp_path, 'name = "x"\nmodel = "Qwen--Qwen3-8B"\ngpu = "H200"\nmode = "both"\n')
+    r = subprocess.run([sys.executable, "-m", "profiler.cli", "explain", str(p)], capture_output=True, text=True)
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines() == [
+        f"memfrac: error: {p}: key 'mode': bad value 'both'; allowed: null | prefill | decode "
+        '(use the string "null" for a unified worker)'
+    ]
+
+
+def test_scenario_dict_is_json_ready():
+    import json
+
+    s = single_scenario("deepseek-ai--DeepSeek-V3", "H200", tp=8, moe_a2a_backend="deepep", decode_graph={"bs": [4, 1]})
+    d = json.loads(json.dumps(scenario_dict(s)))
+    assert d["gpu"] == {"name": "H200", "total_mib": 143771} and d["decode_graph"]["bs"] == [1, 4]
