@@ -79,6 +79,79 @@ def _cmd_deepep_size(a: argparse.Namespace) -> int:
     return 0
 
 
+def _pick(path: str, name: str | None):
+    from profiler.scenario import load_scenarios
+
+    scenarios = load_scenarios(path)
+    if name is not None:
+        for s in scenarios:
+            if s.name == name:
+                return s
+        raise MemfracError(f"{path}: no scenario named {name!r}; it has: {', '.join(x.name for x in scenarios)}")
+    if len(scenarios) > 1:
+        raise MemfracError(
+            f"{path} holds {len(scenarios)} scenarios; pick one with --scenario NAME "
+            f"({', '.join(x.name for x in scenarios[:6])}{', …' if len(scenarios) > 6 else ''}) or use `memfrac sweep`"
+        )
+    return scenarios[0]
+
+
+def _parse_gpus(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    out: list[int] = []
+    try:
+        for part in text.split(","):
+            if "-" in part:
+                a, b = part.split("-")
+                out += list(range(int(a), int(b) + 1))
+            elif part.strip():
+                out.append(int(part))
+    except ValueError:
+        raise MemfracError(f"--gpus {text!r}: give indices like 0,1 or a range like 0-7") from None
+    return out
+
+
+def _cmd_run(a: argparse.Namespace) -> int:
+    import time
+    from pathlib import Path
+
+    from profiler.runner.run import run_scenario
+    from profiler.runner.summary import render_run
+
+    s = _pick(a.scenario_file, a.scenario)
+    out = Path(a.out) if a.out else Path("results/runs") / f"{s.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    res = run_scenario(
+        s, out, gpus=_parse_gpus(a.gpus), device=a.device, transfer_backend=a.transfer_backend,
+        progress=lambda m: print(m, file=sys.stderr, flush=True),
+    )  # fmt: skip
+    print(json.dumps(res.as_dict(), indent=1, default=str) if a.json else render_run(res))
+    return 0 if res.status == "ok" else 1
+
+
+def _cmd_selfcheck(a: argparse.Namespace) -> int:
+    from profiler.selfcheck import run_selfcheck
+
+    return run_selfcheck(json_out=a.json, device=a.device)
+
+
+def _add_run(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="start one real sglang worker for a scenario, load it, record its memory")
+    p.add_argument("scenario_file")
+    p.add_argument("--scenario", help="which scenario of the file (when it holds several)")
+    p.add_argument("--gpus", help="GPU indices for CUDA_VISIBLE_DEVICES, e.g. 0,1 or 0-7")
+    p.add_argument("--out", help="artifacts directory (default results/runs/<scenario>-<time>)")
+    p.add_argument("--device", choices=("cuda", "cpu"), help="default: cuda when nvidia-smi sees a GPU")
+    p.add_argument("--transfer-backend", default="mooncake_tcp", choices=("mooncake_tcp", "mooncake", "nixl"),
+                   help="prefill workers' KV transfer engine (default mooncake_tcp)")  # fmt: skip
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_run)
+    p = sub.add_parser("selfcheck", help="check the probe's memory attribution on this CUDA machine (no sglang)")
+    p.add_argument("--device", type=int, default=0)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_selfcheck)
+
+
 def _add_explain(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("explain", help="the heuristic's terms for a scenario and what they leave for the KV cache")
     p.add_argument("scenario", help="scenario .toml (a [matrix] explains every expanded scenario)")
@@ -110,6 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_explain(sub)
     _add_deepep(sub)
+    _add_run(sub)
     return ap
 
 

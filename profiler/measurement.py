@@ -47,6 +47,8 @@ FAILURE_KINDS = (
     "crash",  # scheduler / worker died (exception, signal)
     "timeout",  # never became ready / hung
     "bad_args",  # sglang rejected its arguments
+    "load_failed",  # the worker stayed up but rejected the load (the runtime peak is not measured)
+    "probe_error",  # memfrac's probe could not hook the worker (a hook target missing in this sglang)
 )
 
 

@@ -1,0 +1,113 @@
+"""Where the probe hooks into a worker: sglang functions per startup phase, resolved against the install.
+
+Names move between releases (facts §5), so every target is checked against the sglang actually
+installed before a hook is registered; a missing required one is an error that lists the names the
+module or class does have. sglang's own HookRegistry only logs a failed patch, which would silently
+lose a phase.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from dataclasses import dataclass
+from typing import Literal
+
+Kind = Literal["phase", "ladder", "budget", "baseline", "deepep", "runtime", "ranks"]
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """One hook: the phase it measures, the dotted sglang path, and how the probe treats it."""
+
+    phase: str
+    path: str
+    kind: Kind = "phase"
+    required: bool = True
+
+
+_SETUP = "sglang.srt.model_executor.model_runner_components.cuda_graph_setup"
+_KVC = "sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator"
+
+#: sglang 0.5.23 (checked by tests against the installed release).
+TARGETS: tuple[Target, ...] = (
+    Target("init_parallel", "sglang.srt.distributed.bootstrap.init_parallel_runtime", "ranks"),
+    Target("baseline", "sglang.srt.distributed.bootstrap.measure_pre_model_load_memory", "baseline"),
+    Target("weights", "sglang.srt.model_executor.model_runner.ModelRunner.load_model"),
+    Target("kv_pool", f"{_KVC}.configure"),
+    Target("kv_pool", f"{_KVC}._profile_available_bytes", "budget"),
+    Target("attention_backends", "sglang.srt.model_executor.model_runner.ModelRunner.init_attention_backends"),
+    Target("eager_runner", "sglang.srt.model_executor.runner.eager_runner.EagerRunner.__init__"),
+    Target("prefill_graph", f"{_SETUP}.capture_prefill_graph"),
+    Target("decode_graph", f"{_SETUP}.capture_decode_graph"),
+    Target(
+        "decode_graph",
+        "sglang.srt.model_executor.runner.decode_cuda_graph_runner.DecodeCudaGraphRunner.capture_one_shape",
+        "ladder",
+    ),
+    Target("finalize", f"{_SETUP}.finalize_cuda_graph_capture"),
+    Target("post_capture_resize", "sglang.srt.model_executor.model_runner.ModelRunner.post_capture_resize_kv_pool"),
+    Target("disaggregation_init", "sglang.srt.managers.scheduler.Scheduler.init_disaggregation"),
+    # deep_ep needs a CUDA device to import: the module may fail to import on a CPU machine.
+    Target(
+        "deepep_buffer",
+        "sglang.srt.layers.moe.token_dispatcher.deepep.DeepEPBuffer.get_deepep_buffer",
+        "deepep",
+        required=False,
+    ),
+    Target("runtime", "sglang.srt.managers.scheduler.Scheduler.run_batch", "runtime"),
+)
+
+
+class TargetError(RuntimeError):
+    """A required hook target does not exist in the installed sglang."""
+
+
+@dataclass(frozen=True, slots=True)
+class Resolution:
+    target: Target
+    ok: bool
+    note: str = ""
+
+
+def _available(obj: object) -> list[str]:
+    return sorted(n for n in dir(obj) if not n.startswith("__"))
+
+
+def resolve(target: Target) -> Resolution:
+    """Import the target's module and walk its attributes; say precisely what is missing."""
+    parts = target.path.split(".")
+    module = None
+    i = len(parts)
+    err: Exception | None = None
+    while i > 0:
+        try:
+            module = importlib.import_module(".".join(parts[:i]))
+            break
+        except ModuleNotFoundError as e:
+            err = e
+            i -= 1
+        except Exception as e:  # an optional module that cannot import here (deep_ep without CUDA)
+            return Resolution(target, False, f"cannot import {'.'.join(parts[:i])}: {type(e).__name__}: {e}")
+    if module is None:
+        return Resolution(target, False, f"no module for {target.path} ({err})")
+    obj: object = module
+    walked = ".".join(parts[:i])
+    for name in parts[i:]:
+        if not hasattr(obj, name):
+            have = ", ".join(n for n in _available(obj) if not inspect.ismodule(getattr(obj, n, None)))
+            return Resolution(target, False, f"{walked} has no {name!r}; it has: {have}")
+        obj = getattr(obj, name)
+        walked += f".{name}"
+    if not callable(obj):
+        return Resolution(target, False, f"{target.path} is not callable")
+    return Resolution(target, True)
+
+
+def resolve_all(targets: tuple[Target, ...] = TARGETS) -> list[Resolution]:
+    """Resolve every target; raise `TargetError` naming each missing required one."""
+    out = [resolve(t) for t in targets]
+    missing = [r for r in out if not r.ok and r.target.required]
+    if missing:
+        raise TargetError("hook targets missing in the installed sglang: " + "; ".join(r.note for r in missing))
+    return out

@@ -1,0 +1,1 @@
+"""Real sglang workers in their PD roles, a role-aware load driver, and failure classification."""

@@ -1,0 +1,144 @@
+"""The role-aware load driver: once a worker is ready, drive its worst case so the probe sees the peak.
+
+prefill — requests of `chunked_prefill_size` input tokens, as many at once as the pool admits, routed to
+sglang's fake KV sender (bootstrap host "2.2.2.2", a unique bootstrap_room each), no decode peer needed;
+decode — `max_running_requests` concurrent requests with long outputs (`ignore_eos`), also carrying the
+fake bootstrap fields (a 0.5.23 decode worker dies on a request without `bootstrap_host`);
+null — both. Bounded in count and time; loopback only; input ids, since workers run without a tokenizer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from profiler.runner.net import NetThread, http_request
+
+FAKE_BOOTSTRAP_HOST = "2.2.2.2"  # sglang/srt/disaggregation/utils.py
+
+
+@dataclass(frozen=True, slots=True)
+class LoadPlan:
+    """One burst: `requests` sent `concurrency` at a time."""
+
+    kind: str  # "prefill" | "decode"
+    requests: int
+    concurrency: int
+    input_len: int
+    output_len: int
+
+
+@dataclass(slots=True)
+class LoadResult:
+    plan: LoadPlan
+    sent: int = 0
+    ok: int = 0
+    failed: int = 0
+    timed_out: bool = False
+    elapsed_s: float = 0.0
+    output_tokens: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["plan"] = asdict(self.plan)
+        return d
+
+
+def _int(info: dict[str, Any], key: str, default: int) -> int:
+    v = info.get(key)
+    return int(v) if isinstance(v, int | float) and v > 0 else default
+
+
+def plan_load(
+    mode: str, info: dict[str, Any], *, max_requests: int | None = None, output_len: int = 256
+) -> list[LoadPlan]:
+    """The worst case of the role, from the resolved arguments the worker reports in /server_info."""
+    pool = _int(info, "max_total_num_tokens", 8192)
+    max_input = _int(info, "max_req_input_len", pool - 1)
+    chunk = info.get("chunked_prefill_size")
+    if not isinstance(chunk, int) or chunk <= 0:
+        chunk = _int(info, "max_prefill_tokens", 8192)
+    running = _int(info, "max_running_requests", 64)
+    plans = []
+    if mode in ("prefill", "null"):
+        in_len = max(1, min(chunk, max_input - 1, pool - 1))  # sglang wants input < max_req_input_len
+        n = max(1, min(running, max(1, pool // in_len)))
+        if max_requests is not None:
+            n = min(n, max_requests)
+        plans.append(LoadPlan("prefill", n, n, in_len, 1))
+    if mode in ("decode", "null"):
+        in_len = 16
+        out = max(1, min(output_len, max_input - in_len - 1))
+        n = running if max_requests is None else min(running, max_requests)
+        plans.append(LoadPlan("decode", n, n, in_len, out))
+    return plans
+
+
+def _body(mode: str, plan: LoadPlan, rng: random.Random, room: int, bootstrap_port: int, vocab: int) -> dict[str, Any]:
+    hi = max(200, min(vocab, 30000))
+    b: dict[str, Any] = {
+        "input_ids": [rng.randrange(100, hi) for _ in range(plan.input_len)],
+        "sampling_params": {"max_new_tokens": plan.output_len, "temperature": 0, "ignore_eos": True},
+    }
+    if mode != "null":
+        b.update(bootstrap_host=FAKE_BOOTSTRAP_HOST, bootstrap_port=bootstrap_port, bootstrap_room=room)
+    return b
+
+
+async def _burst(
+    port: int, mode: str, plan: LoadPlan, deadline: float, bootstrap_port: int, vocab: int, seed: int
+) -> LoadResult:
+    res = LoadResult(plan)
+    rng = random.Random(seed)
+    sem = asyncio.Semaphore(plan.concurrency)
+    t0 = time.monotonic()
+
+    async def one(i: int) -> None:
+        async with sem:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                res.timed_out = True
+                return
+            res.sent += 1
+            body = _body(mode, plan, rng, seed * 1_000_003 + i, bootstrap_port, vocab)
+            try:
+                r = await http_request(port, "POST", "/generate", body, timeout=remaining)
+                if r.status == 200:
+                    res.ok += 1
+                    out = r.json()
+                    ids = out.get("output_ids") if isinstance(out, dict) else None
+                    res.output_tokens += len(ids) if isinstance(ids, list) else 0
+                else:
+                    res.failed += 1
+                    if len(res.errors) < 5:
+                        res.errors.append(f"HTTP {r.status}: {r.body[:200].decode(errors='replace')}")
+            except (OSError, TimeoutError, ValueError) as e:
+                res.failed += 1
+                if isinstance(e, TimeoutError):
+                    res.timed_out = True
+                if len(res.errors) < 5:
+                    res.errors.append(f"{type(e).__name__}: {e}")
+
+    await asyncio.gather(*(one(i) for i in range(plan.requests)))
+    res.elapsed_s = time.monotonic() - t0
+    return res
+
+
+def run_load(
+    net: NetThread, port: int, mode: str, plans: list[LoadPlan], *, timeout_s: float, bootstrap_port: int = 8998,
+    vocab: int = 32000, seed: int = 0,
+) -> list[LoadResult]:  # fmt: skip
+    """Run the bursts in order within `timeout_s` overall (inside the worker's namespace when needed)."""
+    deadline = time.monotonic() + timeout_s
+
+    async def all_bursts() -> list[LoadResult]:
+        out = []
+        for k, p in enumerate(plans):
+            out.append(await _burst(port, mode, p, deadline, bootstrap_port, vocab, seed * 10 + k + 1))
+        return out
+
+    return net.call(lambda: asyncio.run(all_bursts()))
