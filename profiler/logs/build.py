@@ -1,0 +1,608 @@
+"""Events of one log → `Measurement`s: runs, ranks, phases, ladders, failures.
+
+A log can hold several server starts. A new run begins at a second `server_args=` line or launch command
+(when the current run already has one, or has phases), at a "Load weight begin" on a run that already
+printed its ready line, at "Init torch distributed ends" on a rank that already has phases, at a second
+ready line on a rank, and when a rank's timestamps go back in time (one process writes its lines in
+order, so that is another paste).
+Lines without a rank tag (tracebacks, tqdm bars, CUDA errors) go to the rank that logged last, which is how
+they interleave in real output; where that is an inference, the run's notes say so.
+"""
+
+from __future__ import annotations
+
+import calendar
+import time
+
+from profiler.logs.failures import (
+    DEFINITIVE,
+    OOM_FIELDS,
+    OOM_WINDOW_LINES,
+    Evidence,
+    FailureState,
+    OomWindow,
+    evidence,
+    failure_kind,
+)
+from profiler.logs.identity import finalize_run, find_version
+from profiler.logs.launchcmd import LaunchCommand, is_launch_command, parse_launch_command
+from profiler.logs.lines import LineScanner, rank_numbers, split_glued, split_prefix, unquote
+from profiler.logs.oom import is_complete, parse_oom
+from profiler.logs.patterns import GRAPH_PHASES, KNOWN, MEMORYISH, Event, classify
+from profiler.logs.serverargs import ServerArgsRepr, parse_server_args
+from profiler.measurement import LadderPoint, Measurement, Phase, Rank, Snapshot
+
+GIB = 1024.0
+RESOLUTION_MIB = 10.24  # sglang prints GiB with two decimals: ±0.005 GiB, a step of 10.24 MiB
+MAX_EXAMPLES = 5
+MAX_CONTINUATION_LINES = 200
+
+_QUIET_KINDS = frozenset({"end", "note", "kv", "ladder"})  # events that never start a run by themselves
+
+
+class _RankState:
+    __slots__ = ("fs", "last_key", "last_n", "open", "rank", "tb")
+
+    def __init__(self, label: str) -> None:
+        self.rank = Rank(label=label, **rank_numbers(label))
+        self.open: dict[str, Phase] = {}
+        self.last_key: str | None = None  # "date hms" of the last phase line, to spot time going back
+        self.fs: FailureState | None = None
+        self.tb = False  # inside a traceback printed for this rank
+        self.last_n: int | None = None  # tqdm counter of the last ladder point
+
+
+class _Run:
+    __slots__ = (
+        "arch_hint",
+        "cmd",
+        "first_line",
+        "floating",
+        "index",
+        "last_line",
+        "m",
+        "model_hint",
+        "ranks",
+        "ready_line",
+        "resolved",
+        "server_args",
+    )
+
+    def __init__(self, index: int, file_name: str, origin: str) -> None:
+        self.index = index
+        self.m = Measurement(id=f"{file_name}#{index}", source="log", origin=origin)
+        self.ranks: dict[str, _RankState] = {}
+        self.server_args: ServerArgsRepr | None = None
+        self.cmd: LaunchCommand | None = None
+        self.ready_line: int | None = None
+        self.first_line: int | None = None
+        self.last_line: int | None = None
+        self.floating: FailureState | None = None  # failure lines seen before any rank
+        self.arch_hint: tuple[str, int] | None = None
+        self.model_hint: tuple[str, int] | None = None
+        self.resolved: dict[str, tuple[int, int]] = {}  # "dp_size" → (value, line) from sglang's own warnings
+
+    def has_phases(self) -> bool:
+        return any(rs.rank.phases for rs in self.ranks.values())
+
+    def touch(self, line: int) -> None:
+        if self.first_line is None:
+            self.first_line = line
+        self.last_line = line
+
+
+class LogBuilder:
+    """Feed it every line the scanner yields (`line`), then take the runs (`finish`)."""
+
+    def __init__(self, file_name: str, origin: str, scanner: LineScanner) -> None:
+        self._file = file_name
+        self._origin = origin
+        self._scanner = scanner
+        self._runs: list[_Run] = []
+        self._run = self._new_run()
+        self._last_label: str | None = None
+        self._window: OomWindow | None = None
+        self._cont: list[tuple[int, str]] = []  # backslash-continued lines so far
+        self._ts_cache: dict[str, float | None] = {}
+        self._last_arch: tuple[str, int] | None = None
+
+    # ---- input ---------------------------------------------------------------------------------------
+    def line(self, lineno: int, text: str) -> None:
+        if self._window is not None:
+            if self._window.take(text):
+                if self._window.done():
+                    self._close_window()
+                return
+            self._close_window()
+        if (self._cont or text.endswith("\\")) and self._continuation(lineno, text):
+            return
+        if text[:1] == ">" or " | " in text[:80]:
+            text = unquote(text)
+        if "it/s]" in text or "s/it]" in text:
+            for seg in split_glued(text):
+                self._record(lineno, seg)
+        else:
+            self._record(lineno, text)
+
+    def _continuation(self, lineno: int, text: str) -> bool:
+        """Collect backslash-continued lines; the joined line is handled at the last one."""
+        if text.endswith("\\") and len(self._cont) < MAX_CONTINUATION_LINES:
+            self._cont.append((lineno, text[:-1]))
+            self._scanner.follow = 1
+            return True
+        parts, self._cont = [*self._cont, (lineno, text.rstrip("\\"))], []
+        joined = " ".join(t.strip() for _, t in parts)
+        if is_launch_command(joined):
+            self._command(parts[0][0], joined)
+            return True
+        for n, t in parts:  # not a command: each line on its own
+            t = unquote(t)
+            for seg in split_glued(t):
+                self._record(n, seg)
+        return True
+
+    def _record(self, lineno: int, text: str) -> None:
+        p = split_prefix(text)
+        label = p.label
+        self._dispatch(lineno, text, p.msg, label, p.date, p.hms)
+        if label and label not in self._run.ranks:
+            self._run.ranks[label] = _RankState(label)  # a rank exists once it logs anything
+
+    def _dispatch(self, lineno: int, text: str, msg: str, label: str | None, date: str | None, hms: str | None) -> None:
+        if is_launch_command(msg):
+            self._command(lineno, msg)
+            return
+        ev = classify(msg)
+        if ev is not None:
+            if ev is not KNOWN:
+                self._event(lineno, label, date, hms, ev)
+            return
+        fe = evidence(msg)
+        if fe is not None:
+            self._failure(lineno, label, fe)
+            return
+        if "sglang" in msg and self._run.m.identity.sglang_version is None:
+            v = find_version(msg)
+            if v is not None:
+                self._run.m.identity.sglang_version = v
+                return
+        if MEMORYISH.search(msg):
+            m = self._run.m
+            m.unparsed_memory_lines += 1
+            if len(m.unparsed_examples) < MAX_EXAMPLES:
+                m.unparsed_examples.append(f"line {lineno}: {text.strip()[:300]}")
+
+    # ---- runs ----------------------------------------------------------------------------------------
+    def _new_run(self, line: int | None = None, why: str = "") -> _Run:
+        prev = self._runs[-1] if self._runs else None
+        run = _Run(len(self._runs), self._file, self._origin)
+        if why:
+            run.m.notes.append(f"new server run at line {line}: {why}")
+        if prev is not None and self._last_arch is not None and self._last_arch[1] > (prev.last_line or 0):
+            run.arch_hint = self._last_arch  # printed while this run's args were resolved, before its header
+        self._runs.append(run)
+        self._run = run
+        self._last_label = None
+        return run
+
+    def _command(self, lineno: int, text: str) -> None:
+        cmd = parse_launch_command(text)
+        if cmd is None:
+            return
+        run = self._run
+        if run.cmd is not None or run.server_args is not None or run.has_phases():
+            run = self._new_run(lineno, "launch command")
+        run.cmd = cmd
+        run.touch(lineno)
+
+    def _server_args(self, lineno: int, text: str) -> None:
+        sa = parse_server_args(text)
+        if sa is None:
+            return
+        run = self._run
+        if run.server_args is not None or run.has_phases():
+            run = self._new_run(lineno, "server_args line")
+        run.server_args = sa
+        run.touch(lineno)
+        if not sa.complete:
+            where = f" inside '{sa.cut_at}'" if sa.cut_at else ""
+            run.m.notes.append(f"server_args line {lineno} is cut off{where}; later fields unknown")
+
+    # ---- events ---------------------------------------------------------------------------------------
+    def _event(self, lineno: int, label: str | None, date: str | None, hms: str | None, ev: Event) -> None:
+        kind = ev.kind
+        if kind == "args":
+            self._server_args(lineno, ev.details["text"])  # type: ignore[index]
+            return
+        if kind == "host_mem":
+            d = ev.details or {}
+            mib = d["gb_decimal"] * 1e9 / 2**20
+            self._run.m.notes.append(
+                f"line {lineno}: {d['gb_decimal']} GB (decimal, {mib:.0f} MiB) of HOST memory for "
+                f"{d['what']}: host RAM, not GPU memory"
+            )
+            return
+        if kind == "arch":
+            self._last_arch = (ev.details["architecture"], lineno)  # type: ignore[index]
+            if self._run.arch_hint is None:
+                self._run.arch_hint = self._last_arch
+            return
+        if kind == "resolved":
+            for k, v in (ev.details or {}).items():
+                self._run.resolved.setdefault(k, (v, lineno))
+            return
+        if kind == "model":
+            if self._run.model_hint is None:
+                self._run.model_hint = (ev.details["model"], lineno)  # type: ignore[index]
+            return
+        if kind == "ladder" and label is None:
+            self._ladder(lineno, ev)
+            return
+        key = f"{date or ''} {hms}" if hms else None
+        rs = self._rank_for_phase(lineno, label or "", key, ev)
+        self._run.touch(lineno)
+        self._last_label = rs.rank.label
+        t = self._t(date, hms)
+        if kind == "begin":
+            self._begin(rs, lineno, t, ev)
+        elif kind == "end":
+            self._end(rs, lineno, t, ev)
+        elif kind in ("note", "kv"):
+            self._note(rs, lineno, t, ev)
+        elif kind == "ready":
+            self._ready(rs, lineno, t, ev)
+        elif kind == "ladder":
+            self._ladder(lineno, ev, rs)
+
+    def _rank_for_phase(self, lineno: int, label: str, key: str | None, ev: Event) -> _RankState:
+        run = self._run
+        rs = run.ranks.get(label)
+        if rs is not None:
+            last = rs.last_key
+            if ev.kind in _QUIET_KINDS and ev.phase != "init_parallel" and (key is None or last is None or key >= last):
+                if key is not None:
+                    rs.last_key = key
+                return rs  # the common case: nothing that could start a new run
+            why = self._split_reason(run, rs, key, ev)
+            if why:
+                run = self._new_run(lineno, why)
+                rs = None
+        elif run.ready_line is not None and (
+            ev.phase == "init_parallel" or (ev.kind, ev.phase) == ("begin", "weights")
+        ):
+            run = self._new_run(lineno, f"a new rank starts '{ev.phase}' after the server was ready")
+        if rs is None:
+            rs = run.ranks[label] = _RankState(label)
+        if key is not None:
+            rs.last_key = key
+        return rs
+
+    @staticmethod
+    def _split_reason(run: _Run, rs: _RankState, key: str | None, ev: Event) -> str:
+        if key is not None and rs.last_key is not None and key < rs.last_key and not _midnight(rs.last_key, key):
+            return f"rank '{rs.rank.label}' timestamps go back ({rs.last_key.strip()} → {key.strip()})"
+        if ev.kind == "begin" and ev.phase == "weights" and run.ready_line is not None:
+            return f"'Load weight begin' on rank '{rs.rank.label}' after the server was ready"
+        if ev.phase == "init_parallel" and rs.rank.phases:
+            return f"torch distributed initialised again on rank '{rs.rank.label}'"
+        if ev.kind == "ready" and rs.rank.phase("ready") is not None:
+            return f"second ready line on rank '{rs.rank.label}'"
+        return ""
+
+    def _t(self, date: str | None, hms: str | None) -> float | None:
+        if date is None or hms is None:
+            return None
+        key = date + hms
+        t = self._ts_cache.get(key, -1.0)
+        if t == -1.0:
+            try:
+                t = float(calendar.timegm(time.strptime(f"{date} {hms}", "%Y-%m-%d %H:%M:%S")))
+            except ValueError:
+                t = None
+            if len(self._ts_cache) > 4096:
+                self._ts_cache.clear()
+            self._ts_cache[key] = t
+        return t
+
+    def _begin(self, rs: _RankState, lineno: int, t: float | None, ev: Event) -> None:
+        name = ev.phase or "runtime"
+        rank = rs.rank
+        if name == "weights" and rank.phase("weights") is not None:
+            ev = ev._replace(details={**(ev.details or {}), "load_index": len(rank.phases_named("weights")) + 1})
+            self._run.m.notes.append(
+                f"line {lineno}: second weight load on rank '{rank.label}' in one run (a draft model, or a "
+                "paste of another start without its header); phases kept in order"
+            )
+        ph = Phase(name=name, before=Snapshot(t=t, free_mib=_mib(ev.free)), line=lineno)
+        rank.phases.append(ph)
+        rs.open[name] = ph
+        self._apply(ph, ev)
+
+    def _end(self, rs: _RankState, lineno: int, t: float | None, ev: Event) -> None:
+        name = ev.phase or "runtime"
+        ph = rs.open.pop(name, None)
+        if ph is None:
+            ph = Phase(name=name, line=lineno)
+            rs.rank.phases.append(ph)
+        ph.after = Snapshot(t=t, free_mib=_mib(ev.free))
+        if ev.usage is not None:
+            ph.usage_mib = ev.usage * GIB
+        if ev.elapsed is not None:
+            ph.elapsed_s = ev.elapsed
+        self._apply(ph, ev)
+
+    def _note(self, rs: _RankState, lineno: int, t: float | None, ev: Event) -> None:
+        name = ev.phase or "runtime"
+        ph = rs.open.get(name)
+        if ph is None:
+            last = rs.rank.phases[-1] if rs.rank.phases else None
+            if last is not None and last.name == name:
+                ph = last
+            else:
+                ph = Phase(name=name, line=lineno)
+                rs.rank.phases.append(ph)
+                rs.open[name] = ph
+        self._apply(ph, ev)
+        d = ev.details or {}
+        if "pre_model_load_gib" in d:
+            base = rs.rank.phase("baseline")
+            if base is None:
+                base = Phase(name="baseline", line=lineno)
+                rs.rank.phases.insert(max(0, len(rs.rank.phases) - 1), base)
+            base.details["pre_model_load_mib"] = d["pre_model_load_gib"] * GIB
+            base.resolution_mib = RESOLUTION_MIB
+        if "free_after_weights_gib" in d and ph.before is None:
+            ph.before = Snapshot(t=t, free_mib=d["free_after_weights_gib"] * GIB)
+
+    def _ready(self, rs: _RankState, lineno: int, t: float | None, ev: Event) -> None:
+        ph = Phase(name="ready", after=Snapshot(t=t, free_mib=_mib(ev.free)), line=lineno)
+        rs.rank.phases.append(ph)
+        self._apply(ph, ev)
+        if ev.free is not None:
+            key = "available_cpu_mem_mib" if (ev.details or {}).get("host") else "available_gpu_mem_mib"
+            ph.details.pop("host", None)
+            ph.details[key] = ev.free * GIB
+            if key == "available_cpu_mem_mib":
+                self._run.m.memory_kind = "host"
+        if self._run.ready_line is None:
+            self._run.ready_line = lineno
+
+    @staticmethod
+    def _apply(ph: Phase, ev: Event) -> None:
+        if ev.free is not None or ev.usage is not None:
+            ph.resolution_mib = RESOLUTION_MIB
+        d = ev.details
+        if not d:
+            return
+        if "label" in d:  # a labelled extra pool (e.g. an index cache): kept apart from the main K/V
+            extra = {_mib_key(k): v * GIB if k.endswith("_gib") else v for k, v in d.items() if k != "label"}
+            ph.details.setdefault("labelled_pools", []).append({"label": d["label"], **extra})
+            return
+        for k, v in d.items():
+            if k.endswith("_gib"):
+                if k in ("pre_model_load_gib", "free_after_weights_gib"):
+                    continue  # placed on the baseline phase / as the pool's before (see _note)
+                ph.details[_mib_key(k)] = v * GIB
+                ph.resolution_mib = RESOLUTION_MIB
+            else:
+                ph.details[k] = list(v) if isinstance(v, list) else v
+
+    # ---- tqdm ladder -----------------------------------------------------------------------------------
+    def _ladder(self, lineno: int, ev: Event, rs: _RankState | None = None) -> None:
+        """A tqdm "Capturing batches (bs=… avail_mem=… GB)" point: printed by TP rank 0, untagged."""
+        run = self._run
+        if rs is None:
+            rs = self._ladder_rank(run, ev.phase or "decode_graph")
+        run.touch(lineno)
+        ph = self._graph_in_flight(rs, ev.phase or "decode_graph")
+        if ph is None:
+            ph = Phase(name=ev.phase or "decode_graph", line=lineno)
+            rs.rank.phases.append(ph)
+            rs.open[ph.name] = ph
+            run.m.notes.append(f"line {lineno}: tqdm capture progress without a capture-begin line; "
+                               f"phase {ph.name} opened on rank '{rs.rank.label}'")  # fmt: skip
+        d = ev.details or {}
+        bs, n = d.get("bs"), d.get("n")
+        free = _mib(ev.free)
+        if ph.ladder:
+            last = ph.ladder[-1]
+            if bs is not None and last.bs == bs:
+                rs.last_n = n
+                return
+            if bs is None and last.free_mib == free and (n is None or rs.last_n is None or n == rs.last_n + 1):
+                rs.last_n = n
+                return
+        rs.last_n = n
+        used = None
+        if ph.before is not None and ph.before.free_mib is not None and free is not None:
+            used = ph.before.free_mib - free
+        ph.ladder.append(LadderPoint(bs=bs, free_mib=free, used_mib=used))  # bs None: the bar did not print it
+        ph.resolution_mib = RESOLUTION_MIB
+
+    def _ladder_rank(self, run: _Run, phase: str) -> _RankState:
+        want_prefill = phase == "prefill_graph"
+        best: tuple[tuple[int, int], _RankState] | None = None
+        for rs in run.ranks.values():
+            for name, ph in rs.open.items():
+                if name in GRAPH_PHASES and (name == "prefill_graph") == want_prefill:
+                    score = (1 if rs.rank.tp in (0, None) else 0, ph.line or 0)
+                    if best is None or score > best[0]:
+                        best = (score, rs)
+        if best is not None:
+            return best[1]
+        for rs in run.ranks.values():
+            if rs.rank.tp in (0, None):
+                return rs
+        label = self._last_label or ""
+        rs = run.ranks.get(label)
+        if rs is None:
+            rs = run.ranks[label] = _RankState(label)
+        return rs
+
+    @staticmethod
+    def _graph_in_flight(rs: _RankState, phase: str) -> Phase | None:
+        want_prefill = phase == "prefill_graph"
+        cands = [p for n, p in rs.open.items() if n in GRAPH_PHASES and (n == "prefill_graph") == want_prefill]
+        return max(cands, key=lambda p: p.line or 0) if cands else None
+
+    # ---- failures -----------------------------------------------------------------------------------
+    def _failure(self, lineno: int, label: str | None, ev: Evidence) -> None:
+        run = self._run
+        if label:  # tagged with ranks: that rank (created if new)
+            rs = run.ranks.get(label)
+            if rs is None:
+                rs = run.ranks[label] = _RankState(label)
+            self._last_label = label
+        else:
+            target = self._last_label
+            rs = run.ranks.get(target) if target is not None else None
+        run.touch(lineno)
+        if ev.what == "sigquit" and (rs is None or rs.fs is None) and self._any_failure(run):
+            run.m.notes.append(f"line {lineno}: launcher received sigquit (a child failed)")
+            return
+        if rs is None:
+            self._floating(run, lineno, ev)
+            return
+        if ev.what == "traceback":
+            rs.tb = True
+            return
+        if ev.what == "frame":
+            if rs.fs is not None and (rs.tb or rs.fs.hint is None):
+                rs.fs.absorb(ev)
+            return
+        if ev.what == "tail" and rs.fs is None and not rs.tb:
+            return  # an exception line outside any traceback we saw: not evidence of a failure
+        if ev.what == "exit" and ev.exit_code == 0:
+            return
+        if rs.fs is None:
+            rs.fs = FailureState(lineno, ev.message)
+            rs.fs.tentative = ev.what == "tail"
+            rs.fs.failure.phase = _in_flight(rs, run, lineno)
+            if run.floating is not None:
+                rs.fs.merge(run.floating)
+                run.floating = None
+        elif ev.what in DEFINITIVE:
+            rs.fs.tentative = False
+        rs.fs.absorb(ev)
+        if ev.what in ("exception", "traceback"):
+            rs.tb = True
+        elif ev.what == "tail":
+            rs.tb = False
+        if ev.what in ("oom", "capture"):
+            self._open_window(rs.fs, ev.message)
+
+    def _floating(self, run: _Run, lineno: int, ev: Evidence) -> None:
+        """Failure text before any rank has logged: kept aside, given to the first rank that fails."""
+        if ev.what in ("traceback", "frame") and run.floating is None:
+            return
+        if run.floating is None:
+            run.floating = FailureState(lineno, ev.message)
+            run.floating.tentative = ev.what == "tail"
+        elif ev.what in DEFINITIVE:
+            run.floating.tentative = False
+        run.floating.absorb(ev)
+        if ev.what in ("oom", "capture"):
+            self._open_window(run.floating, ev.message)
+
+    def _open_window(self, fs: FailureState, text: str) -> None:
+        self._apply_oom(fs, text)
+        if not is_complete(text):
+            self._window = OomWindow(fs, text)
+            self._scanner.follow = OOM_WINDOW_LINES
+
+    def _close_window(self) -> None:
+        w, self._window = self._window, None
+        self._scanner.follow = 0
+        if w is not None and len(w.parts) > 1:
+            self._apply_oom(w.fs, "".join(w.parts))
+
+    def _apply_oom(self, fs: FailureState, text: str) -> None:
+        nums = parse_oom(text)
+        f = fs.failure
+        for name in OOM_FIELDS:
+            v = getattr(nums, name, None)
+            if v is not None:
+                setattr(f, name, v)
+        for note in nums.notes:
+            if note not in self._run.m.notes:
+                self._run.m.notes.append(note)
+
+    @staticmethod
+    def _any_failure(run: _Run) -> bool:
+        return run.floating is not None or any(rs.fs is not None for rs in run.ranks.values())
+
+    # ---- output ---------------------------------------------------------------------------------------
+    def finish(self) -> list[Measurement]:
+        if self._window is not None:
+            self._close_window()
+        if self._cont:
+            self._continuation(self._cont[-1][0], "")
+        out = []
+        for run in self._runs:
+            if run.first_line is None and not run.ranks and run.m.unparsed_memory_lines == 0:
+                continue  # nothing of this run was seen (e.g. the placeholder before the first command)
+            self._settle_failures(run)
+            out.append(finalize_run(run))
+        return out
+
+    def _settle_failures(self, run: _Run) -> None:
+        if run.floating is not None:
+            label = next(iter(run.ranks)) if len(run.ranks) == 1 else ""
+            rs = run.ranks.get(label) or run.ranks.setdefault(label, _RankState(label))
+            if rs.fs is None:
+                rs.fs = run.floating
+                rs.fs.failure.phase = _in_flight(rs, run, rs.fs.failure.line or 0)
+            else:
+                rs.fs.merge(run.floating)
+            run.floating = None
+        for rs in run.ranks.values():
+            fs = rs.fs
+            if fs is None:
+                continue
+            f = fs.failure
+            if fs.tentative and any((p.line or 0) > (f.line or 0) for p in rs.rank.phases):
+                run.m.notes.append(
+                    f"line {f.line}: a traceback on rank '{rs.rank.label}' did not stop startup "
+                    "(later phases follow); not counted as a failure"
+                )
+                continue
+            if f.phase is None and fs.hint is not None:
+                f.phase = fs.hint
+                run.m.notes.append(
+                    f"failure phase on rank '{rs.rank.label}' ({fs.hint}) read from the failing code "
+                    "(traceback frames / 'Capture … failed'): no phase line was open"
+                )
+            ready = run.ready_line is not None and (f.line or 0) > run.ready_line
+            f.kind = failure_kind(
+                oom=fs.oom,
+                capture=fs.capture,
+                phase=f.phase,
+                ready=ready,
+                timeout=fs.timeout,
+                bad_args=fs.bad_args,
+            )
+            rs.rank.failure = f
+
+
+def _in_flight(rs: _RankState, run: _Run, line: int) -> str | None:
+    """The phase running on this rank at `line`: serving once the run was ready, else the most recently
+    begun startup phase that has not ended (None when none is open)."""
+    if run.ready_line is not None and line > run.ready_line:
+        return "runtime"
+    if not rs.open:
+        return None
+    return max(rs.open.values(), key=lambda p: p.line or 0).name
+
+
+def _mib_key(key: str) -> str:
+    return key[:-4] + "_mib" if key.endswith("_gib") else key
+
+
+def _mib(gib_value: float | None) -> float | None:
+    return None if gib_value is None else gib_value * GIB
+
+
+def _midnight(prev: str, cur: str) -> bool:
+    """Time-only prefixes ("[23:59:59 TP0]") wrap at midnight; that is not time going back."""
+    p, c = prev.strip(), cur.strip()
+    return len(p) <= 8 and p >= "20" and c < "04"

@@ -1,0 +1,210 @@
+"""Lines that say a run failed, and what each one tells about how (OOM, capture, crash, exit code, ...).
+
+A failure is usually spread over several lines: "[TP7] Scheduler hit an exception: Traceback", frames,
+then the exception line ("Exception: Capture cuda graph failed: CUDA out of memory. Tried …"), then the
+launcher's "Received sigquit". Each line gives `Evidence`; `build` folds the evidence of one rank into
+one `Failure` (`FailureState`, kind decided at the end by `failure_kind`); `OomWindow` joins an OOM
+message that a paste wrapped over several lines.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+from profiler.logs.lines import unquote
+from profiler.logs.oom import is_complete
+from profiler.logs.patterns import GRAPH_PHASES, graph_phase
+from profiler.measurement import Failure
+
+OOM_WINDOW_LINES = 12  # a wrapped OOM message: at most this many lines are joined after its first
+# Evidence that a failure happened; a bare traceback ending in an exception line is only tentative.
+DEFINITIVE = frozenset({"exception", "oom", "capture", "cuda_error", "exit", "timeout", "no_kv"})
+
+
+class Evidence(NamedTuple):
+    """What one line says about a failure."""
+
+    what: str  # oom|capture|exception|traceback|tail|cuda_error|sigquit|exit|timeout|no_kv|frame
+    message: str
+    oom: bool = False
+    capture: bool = False
+    phase_hint: str | None = None
+    exit_code: int | None = None
+    bad_args: bool = False
+
+
+_TAIL = re.compile(
+    r"^(?:[A-Za-z_][\w]*\.)*(?:[A-Z]\w*(?:Error|Exception|Interrupt)|Exception|KeyboardInterrupt)(?::|$)"
+)
+_CAPTURE_FAILED = re.compile(r"Capture (.{0,40}?) ?failed\b")
+_EXIT = re.compile(r"exit code:? (-?\d+)|terminated with (-?\d+)|exited with code (-?\d+)")
+_FRAME = re.compile(r'^\s*File "([^"]*)", line \d+, in (\w+)')
+_ARGPARSE = re.compile(r"^(?:usage: (?:launch_server|sglang)|\S*(?:launch_server(?:\.py)?|sglang serve): error: )")
+
+# Traceback frames → the phase the code was in (first match wins: outer frames name the phase).
+_FRAME_PHASES = tuple(
+    (re.compile(rx), phase)
+    for rx, phase in (
+        (r"eagle_draft_extend|draft_extend_cuda_graph|capture_draft_extend", "draft_extend_graph"),
+        (r"eagle_draft_cuda_graph|draft_cuda_graph", "draft_graph"),
+        (r"prefill_cuda_graph|piecewise_cuda_graph|capture_prefill_graph|breakable_cuda", "prefill_graph"),
+        (
+            r"cuda_graph_runner|capture_decode_graph|init_(?:cuda|device)_graphs|capture_one_batch",
+            "decode_graph",
+        ),
+        (r"init_memory_pool|kv_cache_configurator|profile_max_num_token|memory_pool\.py", "kv_pool"),
+        (r"model_loader|load_model\b|load_weights_and_postprocess", "weights"),
+        (r"init_torch_distributed|init_distributed_environment|init_parallel", "init_parallel"),
+    )
+)
+
+
+def evidence(msg: str) -> Evidence | None:
+    """The failure evidence in one message (prefix already stripped), or None."""
+    s = msg.strip()
+    if not s:
+        return None
+    if s.startswith("File "):
+        return _frame(s)
+    oom = "out of memory" in s or "OutOfMemoryError" in s
+    cap = _CAPTURE_FAILED.search(s) if "failed" in s else None
+    if cap is not None:
+        return Evidence("capture", s, oom=oom, capture=True, phase_hint=graph_phase(cap.group(1) or "cuda graph"))
+    if oom:
+        return Evidence("oom", s, oom=True)
+    if "Not enough memory. Please try to increase --mem-fraction-static" in s or "leave no GPU memory" in s:
+        return Evidence("no_kv", s, oom=True, phase_hint="kv_pool")
+    if " hit an exception" in s or s.startswith("Exception in run_tp_server"):
+        return Evidence("exception", s)
+    if s.startswith("Traceback (most recent call last)"):
+        return Evidence("traceback", s)
+    if _TAIL.match(s):
+        return Evidence("tail", s)
+    if s.startswith("CUDA error") or "CUDA error:" in s:
+        return Evidence("cuda_error", s)
+    if "Received sigquit" in s:
+        return Evidence("sigquit", s)
+    if "watchdog timeout" in s:
+        return Evidence("timeout", s)
+    if _ARGPARSE.match(s):
+        return Evidence("exit", s, bad_args=True)
+    m = _EXIT.search(s) if ("code" in s or "terminated" in s) else None
+    if m is not None:
+        code = next(g for g in m.groups() if g is not None)
+        return Evidence("exit", s, exit_code=int(code))
+    return None
+
+
+def _frame(s: str) -> Evidence | None:
+    m = _FRAME.match(s)
+    if m is None:
+        return None
+    where = f"{m.group(1)} {m.group(2)}"
+    if "server_args.py" in m.group(1):
+        return Evidence("frame", s, bad_args=True)
+    for rx, phase in _FRAME_PHASES:
+        if rx.search(where):
+            return Evidence("frame", s, phase_hint=phase)
+    return None
+
+
+def failure_kind(*, oom: bool, capture: bool, phase: str | None, ready: bool, timeout: bool, bad_args: bool) -> str:
+    """One of measurement.FAILURE_KINDS from what the lines showed."""
+    in_graph = capture or phase in GRAPH_PHASES
+    if oom:
+        if in_graph:
+            return "oom_during_capture"
+        return "oom_runtime" if ready else "oom_startup"
+    if in_graph:
+        return "capture_failed"
+    if timeout:
+        return "timeout"
+    if bad_args:
+        return "bad_args"
+    return "crash"
+
+
+class FailureState:
+    """One rank's failure while its lines are still arriving; the kind is decided at the end."""
+
+    __slots__ = ("bad_args", "capture", "failure", "hint", "oom", "tentative", "timeout")
+
+    def __init__(self, line: int, message: str) -> None:
+        self.failure = Failure(kind="crash", message=message[:2000], line=line)
+        self.oom = self.capture = self.timeout = self.bad_args = False
+        self.hint: str | None = None
+        self.tentative = False
+
+    def absorb(self, ev: Evidence) -> None:
+        """Add one line's evidence; the most informative line becomes the message."""
+        self.oom |= ev.oom
+        self.capture |= ev.capture
+        self.timeout |= ev.what == "timeout"
+        self.bad_args |= ev.bad_args
+        if ev.phase_hint and self.hint is None:
+            self.hint = ev.phase_hint
+        if ev.exit_code is not None and self.failure.exit_code is None:
+            self.failure.exit_code = ev.exit_code
+        better = ev.oom or ev.capture or not _is_informative(self.failure.message)
+        if ev.what in ("oom", "capture", "tail", "cuda_error", "no_kv") and better:
+            self.failure.message = ev.message[:2000]
+
+    def merge(self, other: FailureState) -> None:
+        """Adopt evidence seen before the rank was known (kept aside as a run's floating failure)."""
+        self.oom |= other.oom
+        self.capture |= other.capture
+        self.timeout |= other.timeout
+        self.bad_args |= other.bad_args
+        self.hint = self.hint or other.hint
+        f, o = self.failure, other.failure
+        if o.line is not None and (f.line is None or o.line < f.line):
+            f.line = o.line
+        if other.oom and not self.oom_numbers_known():
+            f.message = o.message
+        for name in OOM_FIELDS:
+            if getattr(f, name) is None:
+                setattr(f, name, getattr(o, name))
+
+    def oom_numbers_known(self) -> bool:
+        return self.failure.tried_alloc_mib is not None
+
+
+OOM_FIELDS = (
+    "gpu_index",
+    "tried_alloc_mib",
+    "total_capacity_mib",
+    "free_mib",
+    "in_use_mib",
+    "allocated_by_torch_mib",
+    "private_pools_mib",
+    "reserved_unallocated_mib",
+    "exit_code",
+)
+
+
+def _is_informative(message: str) -> bool:
+    return not (message.endswith("Traceback (most recent call last):") or message.endswith(":"))
+
+
+class OomWindow:
+    """Joins the lines of a wrapped OOM message until torch's last number has been read."""
+
+    __slots__ = ("fs", "parts", "remaining")
+
+    def __init__(self, fs: FailureState, text: str) -> None:
+        self.fs = fs
+        self.parts = [text]
+        self.remaining = OOM_WINDOW_LINES
+
+    def take(self, text: str) -> bool:
+        """Append a continuation line; False when the line is not part of the message (closes the window)."""
+        s = unquote(text)
+        if not s.strip() or s.startswith("[") or s.lstrip().startswith(("Traceback", "File ", "During handling")):
+            return False
+        self.parts.append(s.strip())
+        self.remaining -= 1
+        return True
+
+    def done(self) -> bool:
+        return self.remaining <= 0 or is_complete("".join(self.parts[-2:]))

@@ -1,0 +1,111 @@
+"""The `server_args=ServerArgs(k=v, …)` line (a dataclass repr) → a dict of sglang args, without eval.
+
+Values are Python reprs: strings with escaped or mixed quotes, numbers, True/False/None, nested lists,
+dicts and tuples, enum reprs (`<Backend.FULL: 'full'>`) and other objects. Each field's text is delimited
+by scanning brackets and quotes, then read with `ast.literal_eval` (literals only, never code); what it
+cannot read stays the raw text. Pasted lines are often cut: the field being cut is dropped, not guessed,
+and `complete` says so.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from functools import lru_cache
+from typing import Any, NamedTuple
+
+_KEY = re.compile(r"\s*([A-Za-z_]\w*)=")
+_ENUM = re.compile(r"^<[\w.]+: (.*)>$")
+_OPEN = {"(": ")", "[": "]", "{": "}"}
+_MAX_VALUE_CHARS = 200_000
+
+
+class ServerArgsRepr(NamedTuple):
+    """The fields read from one repr; `complete` is False when the text was cut before its closing paren."""
+
+    args: dict[str, Any]
+    complete: bool
+    cut_at: str | None  # the field (or key fragment) where the text stopped, when not complete
+
+
+@lru_cache(maxsize=8)
+def parse_server_args(text: str) -> ServerArgsRepr | None:
+    """Read the ServerArgs repr in `text`; None if there is none. Cached: treat the result as read-only."""
+    start = text.find("ServerArgs(")
+    if start < 0:
+        return None
+    pos = start + len("ServerArgs(")
+    args: dict[str, Any] = {}
+    n = len(text)
+    while True:
+        while pos < n and text[pos] in " ,\t":
+            pos += 1
+        if pos >= n:
+            return ServerArgsRepr(args, False, None)
+        if text[pos] == ")":
+            return ServerArgsRepr(args, True, None)
+        m = _KEY.match(text, pos)
+        if m is None:
+            return ServerArgsRepr(args, False, text[pos : pos + 40].strip())
+        key = m.group(1)
+        end = _value_end(text, m.end())
+        if end is None:
+            return ServerArgsRepr(args, False, key)
+        args[key] = literal(text[m.end() : end].strip())
+        pos = end
+
+
+def _value_end(text: str, pos: int) -> int | None:
+    """Index just past one value (at the top-level ',' or ')'), or None if the text ends inside it."""
+    stack: list[str] = []
+    enum = text.startswith("<", pos)
+    i, n = pos, len(text)
+    while i < n:
+        c = text[i]
+        if c in "'\"":
+            i = _string_end(text, i)
+            if i < 0:
+                return None
+            continue
+        if c in _OPEN:
+            stack.append(_OPEN[c])
+        elif stack and c == stack[-1]:
+            stack.pop()
+        elif enum and c == ">" and not stack:
+            enum = False
+        elif not stack and not enum and c in ",)":
+            return i
+        i += 1
+    return None
+
+
+def _string_end(text: str, i: int) -> int:
+    """Index past the string literal starting at i (backslash escapes honoured), -1 if unterminated."""
+    q = text[i]
+    j = i + 1
+    n = len(text)
+    while j < n:
+        c = text[j]
+        if c == "\\":
+            j += 2
+            continue
+        if c == q:
+            return j + 1
+        j += 1
+    return -1
+
+
+def literal(raw: str) -> Any:
+    """A repr's value: Python literal if it is one, enum reprs unwrapped to their value, else the text."""
+    if not raw or len(raw) > _MAX_VALUE_CHARS:
+        return raw
+    if raw in ("inf", "-inf", "nan"):
+        return float(raw)
+    try:
+        return ast.literal_eval(raw)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        pass
+    m = _ENUM.match(raw)
+    if m is not None:
+        return literal(m.group(1))
+    return raw

@@ -1,0 +1,136 @@
+"""How runs end: torch OOM numbers (every unit, damaged pastes), failure evidence and kinds."""
+
+from __future__ import annotations
+
+import pytest
+
+from profiler.logs import parse_log
+from profiler.logs.failures import evidence, failure_kind
+from profiler.logs.oom import parse_oom
+
+# sglang-23602-t71.log, line 1 (the damage "PY            YTORCH" is verbatim and after the numbers).
+OOM_2026 = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1024.00 MiB. GPU 0 has a total capacity of "
+    "95.07 GiB of which 298.69 MiB is free. Including non-PyTorch memory, this process has 94.77 GiB memory in use. "
+    "Of the allocated memory 79.00 GiB is allocated by PyTorch, and 206.06 MiB is reserved by PyTorch but "
+    "unallocated. If reserved but unallocated memory is large try setting PY            YTORCH_CUDA_ALLOC_CONF="
+    "expandable_segments:True to avoid fragmentation."
+)
+
+
+def test_oom_numbers_all_units_to_mib() -> None:
+    n = parse_oom(OOM_2026)
+    assert n.gpu_index == 0
+    assert n.tried_alloc_mib == 1024.0 and n.free_mib == 298.69 and n.reserved_unallocated_mib == 206.06
+    assert n.total_capacity_mib == pytest.approx(95.07 * 1024)
+    assert n.in_use_mib == pytest.approx(94.77 * 1024) and n.allocated_by_torch_mib == pytest.approx(79.0 * 1024)
+    n = parse_oom(
+        "CUDA out of memory. Tried to allocate 512 bytes. GPU 1 has a total capacity of 23.99 GiB of which "
+        "768.00 KiB is free."
+    )
+    assert n.tried_alloc_mib == pytest.approx(512 / 2**20) and n.free_mib == pytest.approx(0.75)
+
+
+def test_oom_private_pools_and_process_list() -> None:
+    n = parse_oom(
+        "CUDA out of memory. Tried to allocate 20.00 MiB. GPU 3 has a total capacity of 79.19 GiB of which 3.94 MiB "
+        "is free. Process 4242 has 10.00 GiB memory in use. Including non-PyTorch memory, this process has 69.17 GiB "
+        "memory in use. Of the allocated memory 60.10 GiB is allocated by PyTorch, with 2.50 GiB allocated in private "
+        "pools (e.g., CUDA Graphs), and 1.20 GiB is reserved by PyTorch but unallocated."
+    )
+    assert (n.gpu_index, n.free_mib, n.private_pools_mib) == (3, 3.94, 2560.0)
+    assert n.in_use_mib == pytest.approx(69.17 * 1024) and n.reserved_unallocated_mib == pytest.approx(1228.8)
+
+
+def test_oom_torch_2_1_typo_and_torch_2_0_format() -> None:
+    n = parse_oom(
+        "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacty of 79.15 GiB of which "
+        "1.06 GiB is free."
+    )
+    assert n.total_capacity_mib == pytest.approx(79.15 * 1024) and n.free_mib == pytest.approx(1.06 * 1024)
+    n = parse_oom(
+        "CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 15.78 GiB total capacity; 14.56 GiB already "
+        "allocated; 3.44 MiB free; 14.65 GiB reserved in total by PyTorch)"
+    )
+    assert (n.gpu_index, n.tried_alloc_mib, n.free_mib) == (0, 20.0, 3.44)
+    assert n.allocated_by_torch_mib == pytest.approx(14.56 * 1024)
+    assert n.reserved_unallocated_mib == pytest.approx((14.65 - 14.56) * 1024)
+
+
+def test_oom_cut_after_total_number_reads_gib_with_a_note() -> None:
+    # sglang-5285.log, last line (the paste ends right after "95.00").
+    n = parse_oom(
+        "Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate 448.00 MiB. GPU 7 has "
+        "a total capacity of 95.00"
+    )
+    assert (n.gpu_index, n.tried_alloc_mib, n.total_capacity_mib) == (7, 448.0, 95.0 * 1024)
+    assert n.notes and "unit cut off" in n.notes[0]
+    assert parse_oom("GPU 7 has a total capacity of 95.0").total_capacity_mib is None  # a cut number is refused
+
+
+def test_oom_wrapped_mid_word_across_lines() -> None:
+    lines = [
+        "[2025-06-01 10:00:00 TP0] Capture cuda graph begin. This can take up to several minutes. avail mem=2.00 GB",
+        "[2025-06-01 10:00:05 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.5",
+        "0 GiB. GPU 0 has a total capa",
+        "city of 79.19 GiB of which 488.19 MiB is free. Including non-PyTorch memory, this pro",
+        "cess has 78.70 GiB memory in use. Of the allocated memory 70.00 GiB is allocated by PyTorch, and",
+        "297.40 MiB is reserved by PyTorch but unallocated.",
+        "[2025-06-01 10:00:06] Received sigquit from a child process. It usually means the child failed.",
+    ]
+    (m,) = parse_log(lines)
+    f = m.failure
+    assert f is not None and (f.kind, f.phase) == ("oom_during_capture", "decode_graph")
+    assert f.tried_alloc_mib == 1536.0 and f.free_mib == 488.19 and f.reserved_unallocated_mib == 297.4
+    assert f.total_capacity_mib == pytest.approx(79.19 * 1024) and f.in_use_mib == pytest.approx(78.70 * 1024)
+    assert m.identity.gpu_total_how == "oom total capacity"
+
+
+@pytest.mark.parametrize(
+    ("line", "what"),
+    [
+        ("[2025-04-11 16:24:18 TP7] Scheduler hit an exception: Traceback (most recent call last):", "exception"),
+        ("[23:17:08 TP4] Exception in run_tp_server:", "exception"),
+        ("Traceback (most recent call last):", "traceback"),
+        ("TypeError: cannot unpack non-iterable ForwardMetadata object", "tail"),
+        (
+            "CUDA error (_deps/repo-flashmla-src/csrc/smxx/get_mla_metadata.cu:93): no kernel image is available for "
+            "execution on the device",
+            "cuda_error",
+        ),
+        ("[2026-02-26 05:35:13] Received sigquit from a child process. It usually means the child failed.", "sigquit"),
+        ("Scheduler watchdog timeout (self.watchdog_timeout=300, self.soft=False)", "timeout"),
+        ("Not enough memory. Please try to increase --mem-fraction-static.", "no_kv"),
+        (
+            "Rank 0 scheduler died during initialization (exit code: -9). If exit code is -9 (SIGKILL), a common cause "
+            "is the OS OOM killer.",
+            "exit",
+        ),
+        ("launch_server.py: error: unrecognized arguments: --bogus", "exit"),
+        ("Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate 1.50 GiB.", "capture"),
+    ],
+)
+def test_failure_evidence(line: str, what: str) -> None:
+    from profiler.logs.lines import split_prefix
+
+    e = evidence(split_prefix(line).msg)
+    assert e is not None and e.what == what
+
+
+def test_not_failures() -> None:
+    assert evidence("Prefill transfer failed for request rank=0 with exception KVTransferError(...)") is None
+    assert evidence("Decode batch. #running-req: 1, #token: 7, token usage: 0.00, cuda graph: True") is None
+
+
+def test_failure_kind_rules() -> None:
+    kw = {"ready": False, "timeout": False, "bad_args": False}
+    assert failure_kind(oom=True, capture=False, phase="decode_graph", **kw) == "oom_during_capture"
+    assert failure_kind(oom=True, capture=False, phase="weights", **kw) == "oom_startup"
+    assert failure_kind(oom=True, capture=False, phase="runtime", ready=True, timeout=False, bad_args=False) == (
+        "oom_runtime"
+    )
+    assert failure_kind(oom=False, capture=False, phase="prefill_graph", **kw) == "capture_failed"
+    assert failure_kind(oom=False, capture=False, phase=None, ready=False, timeout=True, bad_args=False) == "timeout"
+    assert failure_kind(oom=False, capture=False, phase=None, ready=False, timeout=False, bad_args=True) == "bad_args"
+    assert failure_kind(oom=False, capture=False, phase="kv_pool", **kw) == "crash"
