@@ -63,6 +63,10 @@ class Recorder:
         self._rt_last_write = 0.0
         self._rt_batches = 0
         self.sample_interval_s = float(os.environ.get("MEMFRAC_PROBE_SAMPLE_S", "0.05"))
+        self.self_s = 0.0  # time spent inside the probe itself (reported: it must stay ≪ startup time)
+        self._rt_dirty = False
+        self._rt_last_snap: Snap | None = None
+        self._flusher: threading.Thread | None = None
 
     # ---- output -----------------------------------------------------------------------------------
     def write(self, rec: dict[str, Any]) -> None:
@@ -84,6 +88,20 @@ class Recorder:
 
     # ---- phases -----------------------------------------------------------------------------------
     def begin(self, phase: str) -> _Frame:
+        t = time.perf_counter()
+        try:
+            return self._begin(phase)
+        finally:
+            self.self_s += time.perf_counter() - t
+
+    def end(self, fr: _Frame, error: BaseException | None = None) -> None:
+        t = time.perf_counter()
+        try:
+            self._end(fr, error)
+        finally:
+            self.self_s += time.perf_counter() - t
+
+    def _begin(self, phase: str) -> _Frame:
         with self._lock:
             if self._stack:  # the parent's window so far, before the child resets the peaks
                 self._stack[-1].absorb(self.probe.snapshot())
@@ -99,7 +117,8 @@ class Recorder:
         )
         return fr
 
-    def end(self, fr: _Frame, error: BaseException | None = None) -> None:
+    def _end(self, fr: _Frame, error: BaseException | None = None) -> None:
+        t_end = time.perf_counter()
         with self._lock:
             s = self.probe.snapshot()
             fr.absorb(s)
@@ -133,15 +152,18 @@ class Recorder:
                 "elapsed_s": time.time() - fr.t0,
                 "details": fr.details,
                 "error": None if error is None else f"{type(error).__name__}: {error}"[:2000],
+                "probe_self_s": self.self_s + (time.perf_counter() - t_end),
             }
         )
 
     def ladder(self, phase: str, bs: int) -> None:
+        t = time.perf_counter()
         s = self.probe.snapshot()
         with self._lock:
             if self._stack:
                 self._stack[-1].absorb(s)
         self.write({"type": "ladder", "phase": phase, "bs": bs, "kind": s.kind, "snap": s.as_dict()})
+        self.self_s += time.perf_counter() - t
 
     # ---- runtime ----------------------------------------------------------------------------------
     def runtime_sample(self, force: bool = False) -> None:
@@ -151,21 +173,48 @@ class Recorder:
         if not force and now - self._rt_last < self.sample_interval_s:
             return
         self._rt_last = now
+        t = time.perf_counter()
+        try:
+            self._sample(now, force)
+        finally:
+            self.self_s += time.perf_counter() - t
+
+    def _sample(self, now: float, force: bool) -> None:
         with self._lock:
             if self._rt_base is None:  # the post-startup baseline: a fresh peak window starts here
                 self.probe.reset_peaks()
                 self._rt_base = self.probe.snapshot()
                 self._rt_peak = _Frame("runtime", 0, time.time(), self._rt_base)
                 self._rt_peak.absorb(self._rt_base)
+                self._start_flusher()
                 return
             s = self.probe.snapshot()
             assert self._rt_peak is not None
             before = (self._rt_peak.peak_reserved, self._rt_peak.peak_rss, self._rt_peak.min_free)
             self._rt_peak.absorb(s)
             grew = before != (self._rt_peak.peak_reserved, self._rt_peak.peak_rss, self._rt_peak.min_free)
+            self._rt_last_snap = s
             if force or (grew and now - self._rt_last_write > 1.0) or now - self._rt_last_write > 10.0:
                 self._rt_last_write = now
+                self._rt_dirty = False
                 self._write_runtime(s)
+            elif grew:
+                self._rt_dirty = True  # the flusher writes it within half a second
+
+    def _start_flusher(self) -> None:
+        """A peak reached after the last write must not be lost when serving stops (no more batches)."""
+
+        def loop() -> None:
+            while True:
+                time.sleep(0.5)
+                with self._lock:
+                    if self._rt_dirty and self._rt_last_snap is not None:
+                        self._rt_dirty = False
+                        self._rt_last_write = time.monotonic()
+                        self._write_runtime(self._rt_last_snap)
+
+        self._flusher = threading.Thread(target=loop, name="memfrac-probe-flush", daemon=True)
+        self._flusher.start()
 
     def _write_runtime(self, last: Snap) -> None:
         fr = self._rt_peak
@@ -188,6 +237,7 @@ class Recorder:
                     if v is not None
                 },
                 "batches": self._rt_batches,
+                "probe_self_s": self.self_s,
             }
         )
 

@@ -86,9 +86,12 @@ class Probe:
 
     @property
     def cuda(self) -> bool:
-        """True once this process has a CUDA context (never creates one)."""
+        """True once this process has a CUDA context on its current device (never creates one)."""
         t = self._torch
-        return bool(t is not None and t.cuda.is_available() and t.cuda.is_initialized())
+        if t is None or not t.cuda.is_available() or not t.cuda.is_initialized():
+            return False
+        has_ctx = getattr(getattr(t, "_C", None), "_cuda_hasPrimaryContext", None)
+        return True if has_ctx is None else bool(has_ctx(t.cuda.current_device()))
 
     @property
     def kind(self) -> str:

@@ -198,6 +198,7 @@ def run_scenario(
     device: str | None = None,
     transfer_backend: str = "mooncake_tcp",
     progress: Progress | None = None,
+    python: str | None = None,
 ) -> RunResult:
     """Start, load, stop one worker for scenario `s`; write artifacts to `out_dir`; return the result."""
     say = progress or (lambda _m: None)
@@ -206,7 +207,7 @@ def run_scenario(
         check_cpu_feasible(s)
     out_dir.mkdir(parents=True, exist_ok=True)
     _write_json(out_dir / "scenario.json", scenario_dict(s))
-    spec = build_spec(s, out_dir, device=device, gpus=gpus, transfer_backend=transfer_backend)
+    spec = build_spec(s, out_dir, device=device, gpus=gpus, transfer_backend=transfer_backend, python=python)
     worker = Worker(spec)
     _write_json(out_dir / "command.json", {"argv": worker.command(), "env": spec.env, "device": device})
     gpu_before = gpu_memory_used(gpus) if device == "cuda" else None

@@ -100,12 +100,15 @@ def build_spec(
     transfer_backend: str = "mooncake_tcp",
     release: str = "0.5.23",
     stub_dir: Path | None = None,
+    python: str | None = None,
 ) -> WorkerSpec:
     """The launch command and environment for scenario `s` in its role (nothing started yet)."""
     device = device or ("cuda" if cuda_machine() else "cpu")
     out_dir.mkdir(parents=True, exist_ok=True)
     port, bport, nport = free_ports(3)
     spec = WorkerSpec(s, device, out_dir, gpus, transfer_backend, port=port, bootstrap_port=bport, nccl_port=nport)
+    if python:  # another environment's interpreter (or a launcher script that execs one)
+        spec.python = python
     served = s
     if device == "cpu":  # sglang's CPU engine: no graphs, a bounded pool
         served = s.with_(

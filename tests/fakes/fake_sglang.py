@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""A test double for a worker process (supervision only: it measures nothing).
+
+Invoked as `fake_sglang.py -m sglang.launch_server ...` in place of the interpreter. FAKE_BEHAVIOUR picks
+what a real worker would do badly: `hang` (never ready, ignores SIGTERM), `oom-capture` (prints sglang's
+capture-begin line and a CUDA OOM, exits 1), `crash-startup` (a traceback, exits 1), `serve-then-die`
+(answers /health, then dies on the first /generate).
+"""
+
+import http.server
+import json
+import os
+import signal
+import sys
+import time
+
+behaviour = os.environ.get("FAKE_BEHAVIOUR", "hang")
+argv = sys.argv[1:]
+port = int(argv[argv.index("--port") + 1]) if "--port" in argv else 0
+probe_dir = os.environ.get("MEMFRAC_PROBE_DIR")
+
+
+def probe(rec):
+    if probe_dir:
+        os.makedirs(probe_dir, exist_ok=True)
+        with open(os.path.join(probe_dir, f"probe-{os.getpid()}.jsonl"), "a") as f:
+            f.write(json.dumps({"v": 1, "pid": os.getpid(), "t": time.time(), **rec}) + "\n")
+
+
+def log(msg):
+    print(f"[2026-11-29 12:00:00 TP0] {msg}", flush=True)
+
+
+if behaviour == "hang":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    probe({"type": "start", "kind": "gpu", "targets": []})
+    probe({"type": "begin", "phase": "weights", "seq": 1, "kind": "gpu", "snap": {"free_mib": 80000.0}})
+    log("Load weight begin. avail mem=78.12 GB")
+    while True:
+        time.sleep(1)
+elif behaviour == "oom-capture":
+    probe({"type": "start", "kind": "gpu", "targets": []})
+    probe({"type": "begin", "phase": "decode_graph", "seq": 1, "kind": "gpu", "snap": {"free_mib": 1000.0}})
+    log("Capture cuda graph begin. This can take up to several minutes. avail mem=0.98 GB")
+    log("Scheduler hit an exception: Traceback (most recent call last):")
+    print("Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate 448.00 MiB. GPU 0 has a "
+          "total capacity of 79.11 GiB of which 120.00 MiB is free.", flush=True)
+    sys.exit(1)
+elif behaviour == "crash-startup":
+    probe({"type": "start", "kind": "gpu", "targets": []})
+    probe({"type": "begin", "phase": "weights", "seq": 1, "kind": "gpu", "snap": {"free_mib": 80000.0}})
+    log("Load weight begin. avail mem=78.12 GB")
+    print("Traceback (most recent call last):\nRuntimeError: weight file is corrupt", flush=True)
+    sys.exit(1)
+elif behaviour == "serve-then-die":
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def do_POST(self):
+            os._exit(3)
+
+        def log_message(self, *a):
+            pass
+
+    http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
