@@ -135,6 +135,25 @@ def _cmd_selfcheck(a: argparse.Namespace) -> int:
     return run_selfcheck(json_out=a.json, device=a.device)
 
 
+def _cmd_ingest(a: argparse.Namespace) -> int:
+    from profiler.ingest import run_ingest
+
+    return run_ingest(a.files, fmt=a.format, out=a.out, per_rank=a.per_rank, margin_mib=a.margin)
+
+
+def _add_ingest(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("ingest", help="read SGLang server logs: memory per phase, headroom, verdict per run")
+    p.add_argument("files", nargs="+", help="log files or directories (read for *.log, *.txt, *.out, *.err)")
+    p.add_argument("--format", default="table", choices=("table", "json", "csv", "parquet"))
+    p.add_argument(
+        "--out",
+        help="a results directory for `memfrac report` (no suffix), or a file for the rows (.csv/.json/.parquet)",
+    )
+    p.add_argument("--per-rank", action="store_true", help="one row per rank instead of the rank closest to OOM")
+    p.add_argument("--margin", type=float, default=1024.0, metavar="MIB", help="safety margin for recommendations")
+    p.set_defaults(func=_cmd_ingest)
+
+
 def _add_run(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="start one real sglang worker for a scenario, load it, record its memory")
     p.add_argument("scenario_file")
@@ -184,6 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_explain(sub)
     _add_deepep(sub)
     _add_run(sub)
+    _add_ingest(sub)
     return ap
 
 

@@ -77,9 +77,13 @@ class Snapshot:
 
 @dataclass(slots=True)
 class LadderPoint:
-    """Memory right after capturing one batch size (decode ladder: one start gives the whole curve)."""
+    """Memory at one rung of the decode capture ladder (one start gives the whole curve).
 
-    bs: int
+    Probe: right after capturing `bs`. Log: sglang's tqdm text, printed before capturing `bs` (after all
+    larger sizes), on TP rank 0, without empty_cache; 2025 logs print no bs (then None).
+    """
+
+    bs: int | None
     free_mib: float | None = None
     used_mib: float | None = None  # cumulative since the phase began
     torch_reserved_mib: float | None = None

@@ -96,3 +96,7 @@ def test_arg_names_and_values() -> None:
     assert arg_name("--cuda-graph-max-bs") == "cuda_graph_max_bs"
     assert (typed("8"), typed("0.88"), typed("1e-3"), typed("auto")) == (8, 0.88, 1e-3, "auto")
     assert typed("{bad json") == "{bad json"
+
+
+def test_sglangs_own_usage_hint_is_not_a_launch_command():
+    assert not is_launch_command("  Example: sglang serve --model-path <model> [options]")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import gc
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from profiler.errors import MemfracError
@@ -30,6 +30,7 @@ def parse_log(
     *,
     name: str | None = None,
     chunk_bytes: int = CHUNK_BYTES,
+    progress: Callable[[int], None] | None = None,
 ) -> list[Measurement]:
     """Every server run in one log. `source` is a path, or an iterable of lines (then `name` names it).
     Files are read `chunk_bytes` at a time; the result does not depend on it."""
@@ -42,11 +43,23 @@ def parse_log(
         if not path.is_file():
             raise MemfracError(f"{path}: no such log file")
         try:
-            return _parse(chunks_of_file(str(path), chunk_bytes), name or path.name, str(path))
+            chunks = chunks_of_file(str(path), chunk_bytes)
+            if progress is not None:
+                chunks = _counting(chunks, progress)
+            return _parse(chunks, name or path.name, str(path))
         except PermissionError as e:
             raise MemfracError(f"{path}: cannot read the log ({e.strerror})") from e
     file_name = name or "<lines>"
     return _parse(chunks_of_lines(source, chunk_bytes), file_name, file_name)
+
+
+def _counting(chunks: Iterable[bytes], progress: Callable[[int], None]) -> Iterator[bytes]:
+    """Report bytes read so far after each chunk (for progress on large files)."""
+    done = 0
+    for c in chunks:
+        done += len(c)
+        progress(done)
+        yield c
 
 
 def iter_measurements(paths: Iterable[str | os.PathLike[str]]) -> Iterator[Measurement]:

@@ -61,8 +61,9 @@ def is_launch_command(text: str) -> bool:
     """Cheap test: does this (joined) line run an sglang server?"""
     if "launch_server" not in text and "sglang" not in text:
         return False
-    if text.lstrip().startswith("File "):
-        return False
+    head = text.lstrip()
+    if head.startswith("File ") or head.startswith("Example:") or "<model>" in text:
+        return False  # a traceback frame, or sglang's own usage hint ("Example: sglang serve --model-path <model>")
     return _LAUNCH.search(text) is not None
 
 

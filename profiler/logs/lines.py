@@ -30,7 +30,11 @@ _KEYWORDS = re.compile(
 # line still exists; once RANK_DISCOVERY_BYTES in a row bring no new label, stop looking (speed).
 _LABEL = re.compile(r"\n\[[\d\- :.,T]{8,30}?((?: [A-Z][A-Z_]*\d+)+)\]")
 RANK_DISCOVERY_BYTES = 4 << 20
-_LITERALS = ("sglang", "launch_server")  # lowercase keywords: found with str.find, cheaper than in the regex
+_LITERALS = (
+    "sglang",
+    "launch_server",
+    "server_args={",
+)  # lowercase keywords: found with str.find, cheaper than in the regex
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 
 # "> " quotes (GitHub issues), docker compose "service-1  | " prefixes.

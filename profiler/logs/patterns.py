@@ -104,7 +104,7 @@ def _classify(msg: str) -> Event | None:
         ev = handler(msg)
         if ev is not None:
             return ev
-    if "server_args=ServerArgs(" in msg:
+    if "server_args=ServerArgs(" in msg or "server_args={" in msg:
         return Event("args", details={"text": msg})
     if "KV Cache" in msg:
         m = _KV_HEAD.match(msg)

@@ -1,4 +1,7 @@
-"""The `server_args=ServerArgs(k=v, …)` line (a dataclass repr) → a dict of sglang args, without eval.
+"""The server_args line → a dict of sglang args, without eval.
+
+Two forms: `server_args=ServerArgs(k=v, …)` (a dataclass repr, ≤ 0.5.22) and `server_args={'k': v, …}`
+(0.5.23 prints its resolved dict).
 
 Values are Python reprs: strings with escaped or mixed quotes, numbers, True/False/None, nested lists,
 dicts and tuples, enum reprs (`<Backend.FULL: 'full'>`) and other objects. Each field's text is delimited
@@ -30,10 +33,11 @@ class ServerArgsRepr(NamedTuple):
 
 @lru_cache(maxsize=8)
 def parse_server_args(text: str) -> ServerArgsRepr | None:
-    """Read the ServerArgs repr in `text`; None if there is none. Cached: treat the result as read-only."""
+    """Read the ServerArgs repr (or dict) in `text`; None if there is none. Cached: treat it as read-only."""
     start = text.find("ServerArgs(")
     if start < 0:
-        return None
+        d = text.find("server_args={")
+        return None if d < 0 else _parse_dict(text, d + len("server_args={"))
     pos = start + len("ServerArgs(")
     args: dict[str, Any] = {}
     n = len(text)
@@ -55,8 +59,43 @@ def parse_server_args(text: str) -> ServerArgsRepr | None:
         pos = end
 
 
-def _value_end(text: str, pos: int) -> int | None:
-    """Index just past one value (at the top-level ',' or ')'), or None if the text ends inside it."""
+def _parse_dict(text: str, pos: int) -> ServerArgsRepr:
+    """`{'key': value, …}` from `pos` (just past the brace): the whole literal if it reads, else field by field."""
+    whole = _value_end(text, pos, closers=",}")
+    if whole is not None and text[whole : whole + 1] == "}":
+        try:
+            d = ast.literal_eval("{" + text[pos : whole + 1])
+            if isinstance(d, dict):
+                return ServerArgsRepr({str(k): v for k, v in d.items()}, True, None)
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            pass
+    args: dict[str, Any] = {}
+    n = len(text)
+    while True:
+        while pos < n and text[pos] in " ,\t":
+            pos += 1
+        if pos >= n:
+            return ServerArgsRepr(args, False, None)
+        if text[pos] == "}":
+            return ServerArgsRepr(args, True, None)
+        if text[pos] not in "'\"":
+            return ServerArgsRepr(args, False, text[pos : pos + 40].strip())
+        kend = _string_end(text, pos)
+        if kend < 0:
+            return ServerArgsRepr(args, False, text[pos : pos + 40].strip())
+        key = text[pos + 1 : kend - 1]
+        colon = text.find(":", kend)
+        if colon < 0:
+            return ServerArgsRepr(args, False, key)
+        end = _value_end(text, colon + 1, closers=",}")
+        if end is None:
+            return ServerArgsRepr(args, False, key)
+        args[key] = literal(text[colon + 1 : end].strip())
+        pos = end
+
+
+def _value_end(text: str, pos: int, closers: str = ",)") -> int | None:
+    """Index just past one value (at a top-level closer), or None if the text ends inside it."""
     stack: list[str] = []
     enum = text.startswith("<", pos)
     i, n = pos, len(text)
@@ -73,7 +112,7 @@ def _value_end(text: str, pos: int) -> int | None:
             stack.pop()
         elif enum and c == ">" and not stack:
             enum = False
-        elif not stack and not enum and c in ",)":
+        elif not stack and not enum and c in closers:
             return i
         i += 1
     return None

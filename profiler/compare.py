@@ -1,0 +1,476 @@
+"""Set a `Measurement` against what sglang reserved, term by term and as a whole.
+
+Runtime semantics first: sglang sizes the KV pool as `free_at_start × mfs − weights`, where free_at_start is
+the free memory after NCCL init (not the capacity). So the non-static memory a worker really has is
+`free_at_start × (1 − mfs)`, and what it used of it is the free memory right after the KV pool minus the
+lowest free memory seen afterwards (graph capture, buffers, serving). The difference is the headroom — the
+OOM margin — and, when it is large, KV cache the fleet paid for and never used.
+
+Per term, what each reservation covers is matched to the phase that spends it:
+
+| term | measured as |
+|---|---|
+| activation | runtime peak above the post-startup baseline (probe load) |
+| decode_graph (+ dp_padding when attn-DP) | decode capture Δ (DeepEP creation inside excluded), per-bs ladder |
+| prefill_graph (+ prefill_bcg_deepep) | prefill capture Δ (DeepEP excluded) |
+| deepep_a2a | DeepEP buffer creation Δ (driver: NVL + NVSHMEM heap + workspace), analytic size beside it |
+| constant | attention backends + eager runner + finalize + disaggregation init Δ |
+| parallel | non-torch growth after the KV pool (driver Δ − torch reserved Δ), DeepEP excluded |
+| floor_topup | the part of the floor that the other terms' overflow consumed |
+
+Logs show only some of these (graph capture, headroom); the rest are `unobservable`, said per term.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from profiler.heuristic import Reservation
+from profiler.heuristic.record import TERM_NAMES
+from profiler.measurement import Measurement, Phase, Rank
+
+#: A worker with less than this free at its worst point is one allocation away from an OOM.
+TIGHT_MIB = 1024.0
+#: Default safety margin added to what was used when recommending a fraction.
+DEFAULT_MARGIN_MIB = 1024.0
+VERDICTS = ("oom_during_capture", "oom_startup", "oom_runtime", "failed", "tight", "ok", "wasteful", "unknown")
+TERM_VERDICTS = ("under", "fits", "over", "unobservable", "off")
+_GRAPHS = ("prefill_graph", "decode_graph", "verify_graph", "draft_graph", "draft_extend_graph")
+_CONSTANT_PHASES = ("attention_backends", "eager_runner", "finalize", "disaggregation_init")
+
+
+@dataclass(frozen=True, slots=True)
+class TermComparison:
+    """One reservation term against what was measured for it."""
+
+    term: str  # a TERM_NAMES entry, or two joined by "+" when only their sum is observable
+    reserved_mib: float
+    measured_mib: float | None
+    verdict: str  # under | fits | over | unobservable | off
+    observed_from: str
+    note: str = ""
+
+    @property
+    def slack_mib(self) -> float | None:
+        return None if self.measured_mib is None else self.reserved_mib - self.measured_mib
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """A measurement against its reservation: terms, totals, verdict, recommendation."""
+
+    measurement_id: str
+    scenario: str | None
+    source: str  # probe | log
+    memory_kind: str  # gpu | host
+    rules: str | None
+    mfs: float | None
+    mfs_origin: str
+    heuristic_fraction: float | None
+    gpu_total_mib: float | None
+    free_at_start_mib: float | None  # sglang's pre_model_load_memory (or the first avail mem)
+    slack_mib: float | None  # free_at_start × (1 − mfs): what non-KV memory really has at runtime
+    reserved_terms_mib: float | None  # the heuristic's terms (on capacity, before runtime semantics)
+    weights_mib: float | None
+    kv_pool_mib: float | None
+    kv_tokens: int | None
+    kv_bytes_per_token: float | None
+    used_after_kv_mib: float | None  # free after the KV pool − the lowest free after it
+    headroom_startup_mib: float | None  # free at the end of startup
+    headroom_mib: float | None  # free at the worst point seen (startup or serving): the OOM margin
+    wasted_kv_tokens: int | None  # what the unused headroom would hold as KV cache
+    recommended_mfs: float | None
+    margin_mib: float
+    verdict: str
+    reason: str
+    terms: tuple[TermComparison, ...] = ()
+    ladder: tuple[tuple[int, float], ...] = ()  # decode graph: (bs, cumulative MiB) from one start
+    deepep_analytic_mib: float | None = None
+    failure_kind: str | None = None
+    observable: tuple[str, ...] = field(default=())
+
+    def term(self, name: str) -> TermComparison:
+        for t in self.terms:
+            if t.term == name:
+                return t
+        raise KeyError(name)
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["terms"] = [asdict(t) | {"slack_mib": t.slack_mib} for t in self.terms]
+        return d
+
+
+# ---------------------------------------------------------------------------------------------------
+# Reading the measurement
+# ---------------------------------------------------------------------------------------------------
+
+
+def _phase(r: Rank | None, name: str) -> Phase | None:
+    return None if r is None else r.phase(name)
+
+
+def _free(p: Phase | None, which: str) -> float | None:
+    s = None if p is None else getattr(p, which)
+    return None if s is None else s.free_mib
+
+
+def _torch_delta(p: Phase) -> float | None:
+    b, a = p.before, p.after
+    if b is None or a is None or b.torch_reserved_mib is None or a.torch_reserved_mib is None:
+        return None
+    return a.torch_reserved_mib - b.torch_reserved_mib
+
+
+def _nested_deepep(r: Rank, parent: str) -> float:
+    """MiB of a DeepEP buffer created inside `parent` (it is charged to deepep_a2a, not to the graph)."""
+    for p in r.phases:
+        if p.name == "deepep_buffer" and p.details.get("parent") == parent and p.used_mib:
+            return p.used_mib
+    return 0.0
+
+
+def free_at_start(r: Rank | None) -> float | None:
+    """sglang's pre_model_load_memory: the probe reads it, a log shows it as the first avail mem."""
+    b = _phase(r, "baseline")
+    if b is not None and isinstance(b.details.get("pre_model_load_mib"), int | float):
+        return float(b.details["pre_model_load_mib"])
+    return _free(_phase(r, "weights"), "before")
+
+
+_STARTUP_PRE_KV = ("init_parallel", "baseline", "weights", "kv_pool")
+
+
+def _after_kv_free(r: Rank | None) -> float | None:
+    """Free memory right after the KV pool ("Memory pool end"), else before the first later phase."""
+    kv = _free(_phase(r, "kv_pool"), "after")
+    if kv is not None or r is None:
+        return kv
+    for p in r.phases:
+        if p.name not in _STARTUP_PRE_KV and p.name != "ready":
+            v = _free(p, "before")
+            if v is not None:
+                return v
+    return None
+
+
+def _worst_free(r: Rank | None) -> tuple[float | None, float | None]:
+    """(free at the end of startup, lowest free after the KV pool, serving included)."""
+    if r is None:
+        return None, None
+    frees: list[float] = []
+    end_startup: float | None = None
+    for p in r.phases:
+        if p.name in _STARTUP_PRE_KV:
+            continue
+        vals = [x for x in (_free(p, "before"), _free(p, "after"), _free(p, "peak")) if x is not None]
+        vals += [lp.free_mib for lp in p.ladder if lp.free_mib is not None]
+        if p.name == "ready":
+            avail = p.details.get("available_gpu_mem_mib")
+            if isinstance(avail, int | float):
+                vals.append(float(avail))
+        if p.name != "runtime" and vals:
+            end_startup = min(vals) if p.name == "ready" else (_free(p, "after") or min(vals))
+        frees += vals
+    if not frees:
+        return None, None
+    return end_startup, min(frees)
+
+
+def rank_figures(r: Rank | None) -> dict[str, Any]:
+    """Weights, KV pool, graph capture and headroom of one rank (MiB; None where it does not say)."""
+    w, kv = _phase(r, "weights"), _phase(r, "kv_pool")
+    kv_mib = None
+    if kv is not None:
+        kv_mib = ((kv.details.get("k_mib") or 0) + (kv.details.get("v_mib") or 0)) or kv.details.get("kv_mib")
+    graphs = [p.used_mib for p in (r.phases if r else []) if p.name in _GRAPHS and p.used_mib is not None]
+    return {
+        "weights_mib": w.used_mib if w else None,
+        "kv_mib": kv_mib,
+        "kv_tokens": kv.details.get("kv_tokens") if kv else None,
+        "graph_mib": sum(graphs) if graphs else None,
+        "headroom_mib": _worst_free(r)[1],
+    }
+
+
+def worst_rank(m: Measurement) -> Rank | None:
+    """The rank closest to OOM (lowest free memory after its KV pool); the primary one when none says."""
+    best: tuple[float, Rank] | None = None
+    for r in m.ranks:
+        _, w = _worst_free(r)
+        if w is not None and (best is None or w < best[0]):
+            best = (w, r)
+    return best[1] if best else m.primary
+
+
+def kv_bytes_per_token(r: Rank | None) -> float | None:
+    """Exact, from the KV pool the worker allocated: (K + V) bytes / tokens."""
+    p = _phase(r, "kv_pool")
+    if p is None:
+        return None
+    d = p.details
+    tokens = d.get("kv_tokens")
+    size = (d.get("k_mib") or 0) + (d.get("v_mib") or 0) or d.get("kv_mib")
+    if not tokens or not size:
+        return None
+    return size * 2**20 / tokens
+
+
+# ---------------------------------------------------------------------------------------------------
+# Terms
+# ---------------------------------------------------------------------------------------------------
+
+
+def _verdict(reserved: float, measured: float | None, resolution: float) -> str:
+    if measured is None:
+        return "unobservable"
+    if measured > reserved + resolution:
+        return "under"
+    if reserved - measured > max(512.0, 0.5 * reserved):
+        return "over"
+    return "fits"
+
+
+def _term_rows(
+    m: Measurement, res: Reservation, r: Rank | None, resolution: float, used_total: float | None
+) -> list[TermComparison]:
+    mib = dict(zip(TERM_NAMES, res.term_mib, strict=True))
+    on = dict(zip(TERM_NAMES, res.term_on, strict=True))
+    rows: list[TermComparison] = []
+    host = m.memory_kind == "host"
+
+    def add(name: str, reserved: float, measured: float | None, src: str, note: str = "") -> None:
+        is_on = any(on.get(n) for n in name.split("+"))
+        if not is_on and not measured:
+            rows.append(TermComparison(name, reserved, measured, "off", src, note or "term not applied"))
+            return
+        v = "unobservable" if host and measured is not None else _verdict(reserved, measured, resolution)
+        if host and measured is not None:
+            note = (note + "; " if note else "") + "host RSS of a CPU run: not comparable with GPU reserves"
+        rows.append(TermComparison(name, reserved, measured, v, src, note))
+
+    runtime = _phase(r, "runtime")
+    add("activation", mib["activation"], runtime.used_mib if runtime else None,
+        "runtime peak above the post-startup baseline" if runtime else "no serving load observed")  # fmt: skip
+
+    dg = _phase(r, "decode_graph")
+    d_meas = None if dg is None or dg.used_mib is None else dg.used_mib - _nested_deepep(r, "decode_graph")  # type: ignore[arg-type]
+    if on["dp_padding"]:
+        add("decode_graph+dp_padding", mib["decode_graph"] + mib["dp_padding"], d_meas,
+            "decode capture Δ (padding not separable)")  # fmt: skip
+    else:
+        add("decode_graph", mib["decode_graph"], d_meas, "decode capture Δ" if dg else "no decode capture seen")
+
+    pg = _phase(r, "prefill_graph")
+    p_meas = None if pg is None or pg.used_mib is None else pg.used_mib - _nested_deepep(r, "prefill_graph")  # type: ignore[arg-type]
+    if on["prefill_bcg_deepep"]:
+        add("prefill_graph+prefill_bcg_deepep", mib["prefill_graph"] + mib["prefill_bcg_deepep"], p_meas,
+            "prefill capture Δ (DeepEP first touch not separable)")  # fmt: skip
+    else:
+        add("prefill_graph", mib["prefill_graph"], p_meas, "prefill capture Δ" if pg else "no prefill capture seen")
+
+    de = _phase(r, "deepep_buffer")
+    add("deepep_a2a", mib["deepep_a2a"], de.used_mib if de else None,
+        "DeepEP buffer creation Δ (driver)" if de else "no DeepEP buffer creation seen")  # fmt: skip
+
+    const_phases = [p for p in (r.phases if r else []) if p.name in _CONSTANT_PHASES and p.used_mib is not None]
+    add("constant", mib["constant"], sum(p.used_mib for p in const_phases) if const_phases else None,  # type: ignore[misc]
+        "attention backends + eager runner + finalize + disaggregation init Δ")  # fmt: skip
+
+    nontorch = _non_torch_after_kv(r) if m.source == "probe" and not host else None
+    add("parallel", mib["parallel"], nontorch, "non-torch growth after the KV pool, DeepEP excluded")
+
+    floor = mib["floor_topup"]
+    if on["floor_topup"]:
+        others = res.reserved_mib - floor
+        consumed = None if used_total is None else max(0.0, min(floor, used_total - others))
+        rows.append(
+            TermComparison(
+                "floor_topup", floor, consumed,
+                "unobservable" if consumed is None else ("fits" if consumed > 0.5 * floor else "over"),
+                "what the other terms' overflow used of the floor", "the floor lifts the terms to 10 GiB",
+            )
+        )  # fmt: skip
+    else:
+        rows.append(TermComparison("floor_topup", 0.0, None, "off", "", "no floor top-up"))
+    for name in ("speculative", "xpu", "vlm_scaling"):
+        if on[name]:
+            rows.append(TermComparison(name, mib[name], None, "unobservable", "", "no phase spends this term alone"))
+    return rows
+
+
+def _non_torch_after_kv(r: Rank | None) -> float | None:
+    if r is None:
+        return None
+    total, seen_kv, any_ = 0.0, False, False
+    for p in r.phases:
+        if p.name == "kv_pool":
+            seen_kv = True
+            continue
+        if not seen_kv or p.name in ("deepep_buffer", "runtime", "ready") or p.details.get("parent"):
+            continue
+        td = _torch_delta(p)
+        if td is None or p.used_mib is None:
+            continue
+        total += p.used_mib - td
+        any_ = True
+    return total if any_ else None
+
+
+# ---------------------------------------------------------------------------------------------------
+# The comparison
+# ---------------------------------------------------------------------------------------------------
+
+
+def compare(
+    m: Measurement,
+    res: Reservation | None,
+    *,
+    margin_mib: float = DEFAULT_MARGIN_MIB,
+    deepep_analytic_mib: float | None = None,
+) -> Comparison:
+    """Compare one measurement with the reservation of its configuration (None when it cannot be modelled).
+
+    Ranks differ (the first one often holds extra buffers): the rank closest to OOM is the one judged.
+    """
+    r = worst_rank(m)
+    mfs = res.mem_fraction_static if res is not None else _mfs_from_args(m)
+    start = free_at_start(r)
+    slack = None if start is None or mfs is None else start * (1 - mfs)
+    after_kv = _after_kv_free(r)
+    end_startup, worst = _worst_free(r)
+    used = None if after_kv is None or worst is None else after_kv - worst
+    weights = _phase(r, "weights")
+    kvp = _phase(r, "kv_pool")
+    kv_mib = None
+    if kvp is not None:
+        d = kvp.details
+        kv_mib = ((d.get("k_mib") or 0) + (d.get("v_mib") or 0)) or d.get("kv_mib")
+    bpt = kv_bytes_per_token(r)
+    resolution = max((p.resolution_mib or 0.0) for p in r.phases) if r and r.phases else 0.0
+    rows = _term_rows(m, res, r, resolution, used) if res is not None else []
+    wasted = None
+    if worst is not None and bpt and worst > margin_mib:
+        wasted = int((worst - margin_mib) * 2**20 // bpt)
+    rec = None
+    runtime = _phase(r, "runtime")
+    runtime_need = runtime.used_mib if runtime is not None and runtime.used_mib is not None else None
+    if runtime_need is None and res is not None:
+        runtime_need = res.mib("activation")  # not observed: keep what the heuristic reserves for it
+    if used is not None and start and runtime_need is not None:
+        need = used + (0.0 if runtime is not None else runtime_need) + margin_mib
+        rec = math.floor((1 - need / start) * 1000) / 1000
+    verdict, reason = _run_verdict(m, worst, used, end_startup)
+    return Comparison(
+        measurement_id=m.id,
+        scenario=m.scenario,
+        source=m.source,
+        memory_kind=m.memory_kind,
+        rules=res.rules if res is not None else None,
+        mfs=mfs,
+        mfs_origin=m.mfs_origin,
+        heuristic_fraction=res.heuristic_fraction if res is not None else None,
+        gpu_total_mib=m.identity.gpu_total_mib,
+        free_at_start_mib=start,
+        slack_mib=slack,
+        reserved_terms_mib=res.reserved_mib if res is not None else None,
+        weights_mib=weights.used_mib if weights else None,
+        kv_pool_mib=kv_mib,
+        kv_tokens=kvp.details.get("kv_tokens") if kvp else None,
+        kv_bytes_per_token=bpt,
+        used_after_kv_mib=used,
+        headroom_startup_mib=end_startup,
+        headroom_mib=worst,
+        wasted_kv_tokens=wasted,
+        recommended_mfs=rec,
+        margin_mib=margin_mib,
+        verdict=verdict,
+        reason=reason,
+        terms=tuple(rows),
+        ladder=_ladder(r),
+        deepep_analytic_mib=deepep_analytic_mib,
+        failure_kind=m.failure.kind if m.failure else None,
+        observable=tuple(t.term for t in rows if t.verdict not in ("unobservable", "off")),
+    )
+
+
+def _mfs_from_args(m: Measurement) -> float | None:
+    v = m.args.get("mem_fraction_static")
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
+def _ladder(r: Rank | None) -> tuple[tuple[int, float], ...]:
+    """(bs, MiB used by the capture so far) right after each size; probe ladders only (a log's tqdm rung is
+    printed before its size is captured, so it cannot be attributed to that size)."""
+    p = _phase(r, "decode_graph")
+    if p is None or p.source != "probe":
+        return ()
+    return tuple(sorted((lp.bs, lp.used_mib) for lp in p.ladder if lp.used_mib is not None and lp.bs is not None))
+
+
+def _run_verdict(m: Measurement, worst: float | None, used: float | None, end_startup: float | None) -> tuple[str, str]:
+    """oom_during_capture | oom_startup | oom_runtime | failed | tight | ok | wasteful | unknown, and why."""
+    f = m.failure
+    if f is not None:
+        if f.kind in ("oom_during_capture", "oom_startup", "oom_runtime"):
+            where = f" in {f.phase}" if f.phase else ""
+            tried = f", tried to allocate {f.tried_alloc_mib:.0f} MiB" if f.tried_alloc_mib else ""
+            return f.kind, f"CUDA out of memory{where}{tried}"
+        return "failed", f"{f.kind}" + (f" in {f.phase}" if f.phase else "") + (
+            f": {f.message[:160]}" if f.message else ""
+        )
+    if m.memory_kind == "host":
+        return "unknown", "host-memory measurement (CPU run): no GPU headroom to judge"
+    if worst is None:
+        return "unknown", "no free-memory reading after the KV pool (needs 'Memory pool end' or later avail mem)"
+    if worst < TIGHT_MIB:
+        return "tight", f"{worst:.0f} MiB free at the worst point (< {TIGHT_MIB:.0f} MiB)"
+    if used is None:
+        return "ok", f"{worst:.0f} MiB free at the worst point; non-KV use after the pool not measurable"
+    if worst > 2 * max(used, 1.0):
+        return "wasteful", f"{worst:.0f} MiB left unused vs {used:.0f} MiB used after the KV pool (> 2×)"
+    return "ok", f"{worst:.0f} MiB free at the worst point, {used:.0f} MiB used after the KV pool"
+
+
+def reservation_for(m: Measurement, scenario: Any = None) -> tuple[Reservation | None, list[str]]:
+    """The reservation sglang made for the run, and notes on how it was reconstructed.
+
+    A `memfrac run` has its scenario; a log has the server_args it printed (resolved values; the fraction
+    it used is the one printed, auto-derived or given). The rules follow the sglang release when known.
+    """
+    from profiler.errors import MemfracError
+    from profiler.heuristic import DEFAULT_RULES, inputs_from_args, inputs_from_scenario, reserve, rules_for
+
+    notes: list[str] = []
+    version = m.identity.sglang_version
+    rules = DEFAULT_RULES
+    if version:
+        try:
+            rules = rules_for(version)
+        except MemfracError as e:
+            notes.append(f"heuristic terms not computed: {e}")
+            return None, notes
+    else:
+        notes.append(f"sglang release unknown: terms computed with the {DEFAULT_RULES.name} rules")
+    if scenario is not None:
+        return reserve(inputs_from_scenario(scenario), rules), notes
+    if not m.args:
+        notes.append("no server arguments recovered: terms not computed")
+        return None, notes
+    gpu = m.identity.gpu_total_mib
+    if gpu is None:
+        notes.append("GPU capacity unknown: terms computed without the GPU-size defaults")
+    elif m.identity.gpu_total_how.startswith("oom"):
+        notes.append("GPU capacity from the OOM message is torch's total, ~0.6% under nvidia-smi's")
+    inp = inputs_from_args(
+        m.args, gpu_mem_mib=int(gpu) if gpu else None, architecture=m.identity.architecture, mode=m.identity.mode
+    )
+    r = reserve(inp, rules)
+    if inp.mem_fraction_static is not None and abs(r.heuristic_fraction - inp.mem_fraction_static) > 1e-9:
+        notes.append(
+            f"printed mem_fraction_static {inp.mem_fraction_static} differs from the {rules.name} rule's "
+            f"{r.heuristic_fraction:.3f}: given by the user, or another release's rule"
+        )
+    return r, notes

@@ -1,0 +1,403 @@
+"""A results directory: what every later stage (report, calibrate, gate) reads.
+
+    RESULTS/
+      results.parquet     one row per run × term (plus a `total` row per run), typed, schema-versioned
+      ladder.parquet      decode-graph memory per captured batch size, one row per run × bs
+      measurements/       the Measurement records (JSON), one per run
+      raw/                artifacts of runs (sglang log, probe JSONL, server_info, …), one folder per run
+      environment.json    GPU model and count, driver, CUDA, torch, sglang, deep_ep, PYTORCH_CUDA_ALLOC_CONF
+      manifest.json       schema version and the runs recorded (for --resume)
+
+Writes are atomic (temp file + rename); adding a run replaces an earlier row of the same run_id, so a
+re-run sweep appends and a resumed one can skip finished runs. `load_results` gives pandas frames with
+the documented dtypes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from profiler import __version__
+from profiler.compare import Comparison
+from profiler.errors import MemfracError
+from profiler.measurement import Measurement
+
+SCHEMA_VERSION = 1
+
+#: results.parquet columns and their pandas dtypes (documented in README).
+RESULT_COLUMNS: dict[str, str] = {
+    "schema_version": "int64",
+    "run_id": "string",
+    "scenario": "string",
+    "group": "string",  # the sweep run that measured it (several scenarios can share one worker start)
+    "source": "string",  # probe | log
+    "origin": "string",  # artifacts dir or log file
+    "memory_kind": "string",  # gpu | host
+    "model": "string",
+    "architecture": "string",
+    "gpu_name": "string",
+    "gpu_total_mib": "float64",
+    "mode": "string",
+    "tp": "Int64",
+    "pp": "Int64",
+    "dp": "Int64",
+    "attn_dp": "Int64",
+    "ep": "Int64",
+    "moe_a2a_backend": "string",
+    "sglang_version": "string",
+    "rules": "string",
+    "mfs": "float64",
+    "mfs_origin": "string",
+    "heuristic_fraction": "float64",
+    "term": "string",  # a heuristic term, two joined by '+', or 'total'
+    "reserved_mib": "float64",
+    "measured_mib": "float64",
+    "slack_mib": "float64",
+    "term_verdict": "string",  # under | fits | over | unobservable | off
+    "observed_from": "string",
+    "verdict": "string",  # run level: oom_* | failed | tight | ok | wasteful | unknown
+    "reason": "string",
+    "failure_kind": "string",
+    "free_at_start_mib": "float64",
+    "slack_total_mib": "float64",
+    "reserved_terms_mib": "float64",
+    "used_after_kv_mib": "float64",
+    "headroom_startup_mib": "float64",
+    "headroom_mib": "float64",
+    "wasted_kv_tokens": "Int64",
+    "kv_bytes_per_token": "float64",
+    "kv_tokens": "Int64",
+    "kv_pool_mib": "float64",
+    "weights_mib": "float64",
+    "recommended_mfs": "float64",
+    "margin_mib": "float64",
+    "decode_max_bs": "Int64",
+    "chunked_prefill_size": "Int64",
+    "deepep_tokens": "Int64",
+    "deepep_analytic_mib": "float64",
+    "hidden_size": "Int64",
+    "num_experts": "Int64",
+    "recorded_at": "float64",
+}
+LADDER_COLUMNS: dict[str, str] = {
+    "schema_version": "int64",
+    "run_id": "string",
+    "scenario": "string",
+    "model": "string",
+    "gpu_name": "string",
+    "mode": "string",
+    "tp": "Int64",
+    "bs": "Int64",
+    "used_mib": "float64",
+    "reserved_mib": "float64",  # the heuristic's line: 2 MiB × bs
+}
+
+
+@dataclass(frozen=True, slots=True)
+class RunContext:
+    """What the store needs besides the comparison: which sweep run, and scenario facts for grouping."""
+
+    group: str = ""
+    moe_a2a_backend: str | None = None
+    decode_max_bs: int | None = None
+    chunked_prefill_size: int | None = None
+    deepep_tokens: int | None = None
+    hidden_size: int | None = None
+    num_experts: int | None = None
+
+
+def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+
+
+def _atomic_json(path: Path, obj: Any) -> None:
+    _atomic_write_bytes(path, json.dumps(obj, indent=1, default=str).encode())
+
+
+def _atomic_parquet(path: Path, df: pd.DataFrame) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    df.to_parquet(tmp, index=False)
+    tmp.replace(path)
+
+
+def _typed(rows: list[dict[str, Any]], columns: dict[str, str]) -> pd.DataFrame:
+    df = pd.DataFrame(rows, columns=list(columns))
+    return df.astype(columns)
+
+
+def result_rows(m: Measurement, c: Comparison, ctx: RunContext = RunContext()) -> list[dict[str, Any]]:
+    """One row per term plus a `total` row, every run-level column repeated (a flat, filterable table)."""
+    i = m.identity
+    base: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "run_id": m.id,
+        "scenario": m.scenario or m.id,
+        "group": ctx.group or m.scenario or m.id,
+        "source": m.source,
+        "origin": m.origin,
+        "memory_kind": m.memory_kind,
+        "model": i.model,
+        "architecture": i.architecture,
+        "gpu_name": i.gpu_name,
+        "gpu_total_mib": i.gpu_total_mib,
+        "mode": i.mode,
+        "tp": i.tp,
+        "pp": i.pp,
+        "dp": i.dp,
+        "attn_dp": i.attn_dp,
+        "ep": i.ep,
+        "moe_a2a_backend": ctx.moe_a2a_backend,
+        "sglang_version": i.sglang_version,
+        "rules": c.rules,
+        "mfs": c.mfs,
+        "mfs_origin": c.mfs_origin,
+        "heuristic_fraction": c.heuristic_fraction,
+        "verdict": c.verdict,
+        "reason": c.reason,
+        "failure_kind": c.failure_kind,
+        "free_at_start_mib": c.free_at_start_mib,
+        "slack_total_mib": c.slack_mib,
+        "reserved_terms_mib": c.reserved_terms_mib,
+        "used_after_kv_mib": c.used_after_kv_mib,
+        "headroom_startup_mib": c.headroom_startup_mib,
+        "headroom_mib": c.headroom_mib,
+        "wasted_kv_tokens": c.wasted_kv_tokens,
+        "kv_bytes_per_token": c.kv_bytes_per_token,
+        "kv_tokens": c.kv_tokens,
+        "kv_pool_mib": c.kv_pool_mib,
+        "weights_mib": c.weights_mib,
+        "recommended_mfs": c.recommended_mfs,
+        "margin_mib": c.margin_mib,
+        "decode_max_bs": ctx.decode_max_bs,
+        "chunked_prefill_size": ctx.chunked_prefill_size,
+        "deepep_tokens": ctx.deepep_tokens,
+        "deepep_analytic_mib": c.deepep_analytic_mib,
+        "hidden_size": ctx.hidden_size,
+        "num_experts": ctx.num_experts,
+        "recorded_at": time.time(),
+    }
+    rows = []
+    for t in c.terms:
+        rows.append(
+            base
+            | {
+                "term": t.term,
+                "reserved_mib": t.reserved_mib,
+                "measured_mib": t.measured_mib,
+                "slack_mib": t.slack_mib,
+                "term_verdict": t.verdict,
+                "observed_from": t.observed_from,
+            }
+        )
+    total_verdict = "unobservable"
+    if c.slack_mib is not None and c.used_after_kv_mib is not None and c.memory_kind == "gpu":
+        total_verdict = "under" if c.used_after_kv_mib > c.slack_mib else "fits"
+    rows.append(
+        base
+        | {
+            "term": "total",
+            "reserved_mib": c.slack_mib,
+            "measured_mib": c.used_after_kv_mib,
+            "slack_mib": c.headroom_mib,
+            "term_verdict": total_verdict,
+            "observed_from": "free after the KV pool − lowest free after it, vs free_at_start × (1 − mfs)",
+        }
+    )
+    return rows
+
+
+def ladder_rows(m: Measurement, c: Comparison) -> list[dict[str, Any]]:
+    i = m.identity
+    return [
+        {
+            "schema_version": SCHEMA_VERSION,
+            "run_id": m.id,
+            "scenario": m.scenario or m.id,
+            "model": i.model,
+            "gpu_name": i.gpu_name,
+            "mode": i.mode,
+            "tp": i.tp,
+            "bs": bs,
+            "used_mib": used,
+            "reserved_mib": 2.0 * bs,
+        }
+        for bs, used in c.ladder
+    ]
+
+
+def _versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {"memfrac": __version__, "python": platform.python_version()}
+    for dist in (
+        "torch",
+        "sglang",
+        "sgl-deep-ep",
+        "sglang-kernel",
+        "nvidia-ml-py",
+        "mooncake-transfer-engine-non-cuda",
+    ):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = None
+    return out
+
+
+def environment() -> dict[str, Any]:
+    """GPU model and count, driver, CUDA, package versions and allocator settings of this machine."""
+    env: dict[str, Any] = {
+        "hostname": platform.node(),
+        "platform": platform.platform(),
+        "versions": _versions(),
+        "PYTORCH_CUDA_ALLOC_CONF": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
+        "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "gpus": [],
+        "driver": None,
+        "cuda": None,
+    }
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+        if out.returncode == 0:
+            for line in out.stdout.strip().splitlines():
+                name, mem, drv = (x.strip() for x in line.split(","))
+                env["gpus"].append({"name": name, "memory_total_mib": float(mem)})
+                env["driver"] = drv
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        pass
+    try:
+        txt = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=30).stdout
+        for tok in txt.split("CUDA Version:")[1:2]:
+            env["cuda"] = tok.split()[0]
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    env["gpu_count"] = len(env["gpus"])
+    return env
+
+
+class Store:
+    """One results directory. Not shared between processes writing at once (the sweep driver owns it)."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        if self.root.exists() and not self.root.is_dir():
+            raise MemfracError(f"{self.root} exists and is not a directory; give a results directory")
+
+    # paths
+    @property
+    def results_path(self) -> Path:
+        return self.root / "results.parquet"
+
+    @property
+    def ladder_path(self) -> Path:
+        return self.root / "ladder.parquet"
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.root / "manifest.json"
+
+    def raw_dir(self, run_key: str) -> Path:
+        return self.root / "raw" / _safe(run_key)
+
+    def init(self, sweep: dict[str, Any] | None = None) -> None:
+        """Create the directory, write environment.json and the manifest (kept on re-runs)."""
+        (self.root / "measurements").mkdir(parents=True, exist_ok=True)
+        (self.root / "raw").mkdir(exist_ok=True)
+        _atomic_json(self.root / "environment.json", environment())
+        man = self.manifest()
+        man.setdefault("schema_version", SCHEMA_VERSION)
+        man.setdefault("created_at", time.time())
+        if sweep:
+            man["sweep"] = sweep
+        _atomic_json(self.manifest_path, man)
+
+    def manifest(self) -> dict[str, Any]:
+        if not self.manifest_path.exists():
+            return {"schema_version": SCHEMA_VERSION, "runs": {}}
+        man = json.loads(self.manifest_path.read_text())
+        v = man.get("schema_version", SCHEMA_VERSION)
+        if v > SCHEMA_VERSION:
+            raise MemfracError(
+                f"{self.root}: results schema {v} is newer than this memfrac ({SCHEMA_VERSION}); upgrade"
+            )
+        man.setdefault("runs", {})
+        return man
+
+    def finished(self) -> dict[str, dict[str, Any]]:
+        """Run key → what was recorded (status, measurement ids): the runs --resume skips."""
+        return dict(self.manifest().get("runs", {}))
+
+    def add(
+        self,
+        items: Iterable[tuple[Measurement, Comparison, RunContext]],
+        *,
+        run_key: str | None = None,
+        status: str = "ok",
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        """Record measurements and their comparisons (replacing earlier rows of the same run_id)."""
+        items = list(items)
+        rows, lrows = [], []
+        for m, c, ctx in items:
+            m.save(self.root / "measurements" / f"{_safe(m.id)}.json")
+            rows += result_rows(m, c, ctx)
+            lrows += ladder_rows(m, c)
+        ids = {m.id for m, _, _ in items}
+        self._append(self.results_path, rows, RESULT_COLUMNS, ids)
+        self._append(self.ladder_path, lrows, LADDER_COLUMNS, ids)
+        if run_key is not None:
+            man = self.manifest()
+            man["runs"][run_key] = {"status": status, "ids": sorted(ids), "at": time.time(), **(extra or {})}
+            _atomic_json(self.manifest_path, man)
+
+    def _append(self, path: Path, rows: list[dict[str, Any]], columns: dict[str, str], ids: set[str]) -> None:
+        new = _typed(rows, columns)
+        if path.exists():
+            old = pd.read_parquet(path)
+            old = old[~old["run_id"].isin(ids)]
+            new = pd.concat([old.astype(columns), new], ignore_index=True) if len(old) else new
+        _atomic_parquet(path, new)
+
+
+def _safe(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_.=+@" else "_" for ch in name)[:180]
+
+
+def load_results(root: str | Path) -> pd.DataFrame:
+    """results.parquet as a typed DataFrame (raises a clear error when it is missing or newer)."""
+    p = Path(root) / "results.parquet"
+    if not p.exists():
+        raise MemfracError(
+            f"{root}: no results.parquet (create one with `memfrac sweep` or `memfrac ingest ... --out DIR`)"
+        )
+    df = pd.read_parquet(p)
+    if len(df) and int(df["schema_version"].max()) > SCHEMA_VERSION:
+        raise MemfracError(f"{p}: schema {int(df['schema_version'].max())} is newer than this memfrac; upgrade")
+    return df.astype({k: v for k, v in RESULT_COLUMNS.items() if k in df.columns})
+
+
+def load_ladder(root: str | Path) -> pd.DataFrame:
+    p = Path(root) / "ladder.parquet"
+    if not p.exists():
+        return _typed([], LADDER_COLUMNS)
+    return pd.read_parquet(p).astype(LADDER_COLUMNS)
+
+
+def load_measurements(root: str | Path) -> list[Measurement]:
+    return [Measurement.load(p) for p in sorted((Path(root) / "measurements").glob("*.json"))]
