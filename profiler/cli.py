@@ -27,11 +27,15 @@ def _cmd_explain(a: argparse.Namespace) -> int:
         pairs = [(s, *compare_rules(s, ra_, rb_)) for s in scenarios]
         if a.json:
             out = [
-                {"scenario": s.name, "a": x.as_dict(), "b": y.as_dict(),
-                 "delta_reserved_mib": y.reserved_mib - x.reserved_mib,
-                 "delta_fraction": round(y.mem_fraction_static - x.mem_fraction_static, 6)}
+                {
+                    "scenario": s.name,
+                    "a": x.as_dict(),
+                    "b": y.as_dict(),
+                    "delta_reserved_mib": y.reserved_mib - x.reserved_mib,
+                    "delta_fraction": round(y.mem_fraction_static - x.mem_fraction_static, 6),
+                }
                 for s, x, y in pairs
-            ]  # fmt: skip
+            ]
             print(json.dumps(out if len(out) > 1 else out[0], indent=1))
         else:
             print("\n\n".join(render_compare(s, x, y) for s, x, y in pairs))
@@ -122,9 +126,13 @@ def _cmd_run(a: argparse.Namespace) -> int:
     s = _pick(a.scenario_file, a.scenario)
     out = Path(a.out) if a.out else Path("results/runs") / f"{s.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     res = run_scenario(
-        s, out, gpus=_parse_gpus(a.gpus), device=a.device, transfer_backend=a.transfer_backend,
+        s,
+        out,
+        gpus=_parse_gpus(a.gpus),
+        device=a.device,
+        transfer_backend=a.transfer_backend,
         progress=lambda m: print(m, file=sys.stderr, flush=True),
-    )  # fmt: skip
+    )
     print(json.dumps(res.as_dict(), indent=1, default=str) if a.json else render_run(res))
     return 0 if res.status == "ok" else 1
 
@@ -154,6 +162,75 @@ def _add_ingest(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_cmd_ingest)
 
 
+def _cmd_sweep(a: argparse.Namespace) -> int:
+    from profiler.sweep import run_sweep
+
+    return run_sweep(
+        a.scenarios,
+        gpus=_parse_gpus(a.gpus),
+        executor=a.executor,
+        out=a.out,
+        resume=a.resume,
+        budget=a.budget,
+        dry_run=a.dry_run,
+        ray_address=a.ray_address,
+        device=a.device,
+        parallel=a.parallel,
+    )
+
+
+def _add_sweep(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("sweep", help="plan and run a scenario file across this node's GPUs or a Ray cluster")
+    p.add_argument("scenarios", help="scenario .toml (its [matrix] expanded)")
+    p.add_argument("--gpus", help="GPU indices to use, e.g. 0-7 or 0,1,2,3 (default 0-7)")
+    p.add_argument("--executor", choices=("local", "ray"), default="local")
+    p.add_argument("--ray-address", help="an existing Ray cluster (default: start a local one)")
+    p.add_argument("--out", help="results directory (default results/sweeps/<file stem>)")
+    p.add_argument("--resume", action="store_true", help="skip runs already recorded in --out")
+    p.add_argument("--budget", help="stop starting runs after this long, e.g. 2h or 90m")
+    p.add_argument("--dry-run", action="store_true", help="print the plan and the heuristic per scenario; run nothing")
+    p.add_argument(
+        "--device",
+        choices=("cuda", "cpu"),
+        help="default: cuda when nvidia-smi sees a GPU, else the CPU fallback (plan, one smoke worker, logs, report)",
+    )
+    p.add_argument("--parallel", type=int, default=1, help="CPU workers at once with --device cpu (default 1)")
+    p.set_defaults(func=_cmd_sweep)
+
+
+def _cmd_gate(a: argparse.Namespace) -> int:
+    from profiler.gate import run_gate
+
+    return run_gate(a.results, a.baseline, a.max_regression, a.junit, a.min_regression_mib)
+
+
+def _cmd_baseline(a: argparse.Namespace) -> int:
+    from profiler.gate import write_baseline
+
+    b = write_baseline(a.results, a.out)
+    print(
+        f"wrote {a.out}: {sum(len(t) for t in b['scenarios'].values())} measured terms "
+        f"over {len(b['scenarios'])} scenarios"
+    )
+    return 0
+
+
+def _add_gate(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("gate", help="fail on under-reserved terms, failed runs or regressions (nightly CI)")
+    p.add_argument("results", help="results directory")
+    p.add_argument("--baseline", help="a baseline written by `memfrac baseline`")
+    p.add_argument("--max-regression", default="5%", help="allowed growth of a measured term (default 5%%)")
+    p.add_argument(
+        "--min-regression-mib", type=float, default=32.0, help="ignore growth below this (noise, default 32)"
+    )
+    p.add_argument("--junit", metavar="FILE", help="also write JUnit XML")
+    p.set_defaults(func=_cmd_gate)
+    p = sub.add_parser("baseline", help="write the measured terms of a results directory as a gate baseline")
+    p.add_argument("results")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=_cmd_baseline)
+
+
 def _add_run(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="start one real sglang worker for a scenario, load it, record its memory")
     p.add_argument("scenario_file")
@@ -161,8 +238,12 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gpus", help="GPU indices for CUDA_VISIBLE_DEVICES, e.g. 0,1 or 0-7")
     p.add_argument("--out", help="artifacts directory (default results/runs/<scenario>-<time>)")
     p.add_argument("--device", choices=("cuda", "cpu"), help="default: cuda when nvidia-smi sees a GPU")
-    p.add_argument("--transfer-backend", default="mooncake_tcp", choices=("mooncake_tcp", "mooncake", "nixl"),
-                   help="prefill workers' KV transfer engine (default mooncake_tcp)")  # fmt: skip
+    p.add_argument(
+        "--transfer-backend",
+        default="mooncake_tcp",
+        choices=("mooncake_tcp", "mooncake", "nixl"),
+        help="prefill workers' KV transfer engine (default mooncake_tcp)",
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_run)
     p = sub.add_parser("selfcheck", help="check the probe's memory attribution on this CUDA machine (no sglang)")
@@ -204,6 +285,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_deepep(sub)
     _add_run(sub)
     _add_ingest(sub)
+    _add_sweep(sub)
+    _add_gate(sub)
     return ap
 
 

@@ -24,7 +24,7 @@ Logs show only some of these (graph capture, headroom); the rest are `unobservab
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from profiler.heuristic import Reservation
@@ -252,32 +252,52 @@ def _term_rows(
         rows.append(TermComparison(name, reserved, measured, v, src, note))
 
     runtime = _phase(r, "runtime")
-    add("activation", mib["activation"], runtime.used_mib if runtime else None,
-        "runtime peak above the post-startup baseline" if runtime else "no serving load observed")  # fmt: skip
+    add(
+        "activation",
+        mib["activation"],
+        runtime.used_mib if runtime else None,
+        "runtime peak above the post-startup baseline" if runtime else "no serving load observed",
+    )
 
     dg = _phase(r, "decode_graph")
     d_meas = None if dg is None or dg.used_mib is None else dg.used_mib - _nested_deepep(r, "decode_graph")  # type: ignore[arg-type]
     if on["dp_padding"]:
-        add("decode_graph+dp_padding", mib["decode_graph"] + mib["dp_padding"], d_meas,
-            "decode capture Δ (padding not separable)")  # fmt: skip
+        add(
+            "decode_graph+dp_padding",
+            mib["decode_graph"] + mib["dp_padding"],
+            d_meas,
+            "decode capture Δ (padding not separable)",
+        )
     else:
         add("decode_graph", mib["decode_graph"], d_meas, "decode capture Δ" if dg else "no decode capture seen")
 
     pg = _phase(r, "prefill_graph")
     p_meas = None if pg is None or pg.used_mib is None else pg.used_mib - _nested_deepep(r, "prefill_graph")  # type: ignore[arg-type]
     if on["prefill_bcg_deepep"]:
-        add("prefill_graph+prefill_bcg_deepep", mib["prefill_graph"] + mib["prefill_bcg_deepep"], p_meas,
-            "prefill capture Δ (DeepEP first touch not separable)")  # fmt: skip
+        add(
+            "prefill_graph+prefill_bcg_deepep",
+            mib["prefill_graph"] + mib["prefill_bcg_deepep"],
+            p_meas,
+            "prefill capture Δ (DeepEP first touch not separable)",
+        )
     else:
         add("prefill_graph", mib["prefill_graph"], p_meas, "prefill capture Δ" if pg else "no prefill capture seen")
 
     de = _phase(r, "deepep_buffer")
-    add("deepep_a2a", mib["deepep_a2a"], de.used_mib if de else None,
-        "DeepEP buffer creation Δ (driver)" if de else "no DeepEP buffer creation seen")  # fmt: skip
+    add(
+        "deepep_a2a",
+        mib["deepep_a2a"],
+        de.used_mib if de else None,
+        "DeepEP buffer creation Δ (driver)" if de else "no DeepEP buffer creation seen",
+    )
 
     const_phases = [p for p in (r.phases if r else []) if p.name in _CONSTANT_PHASES and p.used_mib is not None]
-    add("constant", mib["constant"], sum(p.used_mib for p in const_phases) if const_phases else None,  # type: ignore[misc]
-        "attention backends + eager runner + finalize + disaggregation init Δ")  # fmt: skip
+    add(
+        "constant",
+        mib["constant"],
+        sum(p.used_mib for p in const_phases) if const_phases else None,  # type: ignore[misc]
+        "attention backends + eager runner + finalize + disaggregation init Δ",
+    )
 
     nontorch = _non_torch_after_kv(r) if m.source == "probe" and not host else None
     add("parallel", mib["parallel"], nontorch, "non-torch growth after the KV pool, DeepEP excluded")
@@ -288,11 +308,14 @@ def _term_rows(
         consumed = None if used_total is None else max(0.0, min(floor, used_total - others))
         rows.append(
             TermComparison(
-                "floor_topup", floor, consumed,
+                "floor_topup",
+                floor,
+                consumed,
                 "unobservable" if consumed is None else ("fits" if consumed > 0.5 * floor else "over"),
-                "what the other terms' overflow used of the floor", "the floor lifts the terms to 10 GiB",
+                "what the other terms' overflow used of the floor",
+                "the floor lifts the terms to 10 GiB",
             )
-        )  # fmt: skip
+        )
     else:
         rows.append(TermComparison("floor_topup", 0.0, None, "off", "", "no floor top-up"))
     for name in ("speculative", "xpu", "vlm_scaling"):
@@ -474,3 +497,103 @@ def reservation_for(m: Measurement, scenario: Any = None) -> tuple[Reservation |
             f"{r.heuristic_fraction:.3f}: given by the user, or another release's rule"
         )
     return r, notes
+
+
+def ladder_graph_estimate(ladder: tuple[tuple[int, float], ...], max_bs: int) -> float | None:
+    """Decode-graph memory of a ladder capped at `max_bs`, from a larger ladder captured in one start.
+
+    sglang captures largest first into one pool: the first (largest) capture holds the pool's peak, each
+    later one adds its own increment. A capped ladder's top is smaller: its pool peak is taken as the
+    measured top increment scaled by max_bs / top (an estimate, said so wherever it is used), plus the
+    measured increments of every size below it.
+    """
+    if not ladder:
+        return None
+    pts = sorted(ladder, reverse=True)  # largest bs first, cumulative used
+    top_bs, top_used = pts[0]
+    if max_bs >= top_bs:
+        return pts[-1][1] if max_bs == top_bs else None
+    incs = [(bs, used - (pts[i - 1][1] if i else 0.0)) for i, (bs, used) in enumerate(pts)]
+    below = sum(inc for bs, inc in incs if bs < max_bs)
+    return top_used * max_bs / top_bs + below
+
+
+def derive_variant(c: Comparison, res: Reservation, name: str, max_bs: int) -> Comparison:
+    """The comparison for a scenario measured through another start's ladder (it differs only in max_bs).
+
+    The KV pool absorbs the difference in fraction: free after the pool moves by the slack difference, and
+    the graph memory by the ladder estimate; everything else the start measured is shared.
+    """
+    graph_launch = c.ladder[-1][1] if c.ladder else None
+    est = ladder_graph_estimate(c.ladder, max_bs)
+    slack = None if c.free_at_start_mib is None else c.free_at_start_mib * (1 - res.mem_fraction_static)
+    used = headroom = None
+    if est is not None and graph_launch is not None and c.used_after_kv_mib is not None:
+        used = c.used_after_kv_mib - graph_launch + est
+        if c.headroom_mib is not None and slack is not None and c.slack_mib is not None:
+            headroom = c.headroom_mib + (slack - c.slack_mib) - (est - graph_launch)
+    terms = []
+    mib = dict(zip(TERM_NAMES, res.term_mib, strict=True))
+    for t in c.terms:
+        if t.term.startswith("decode_graph"):
+            reserved = mib["decode_graph"] + (mib["dp_padding"] if "+" in t.term else 0.0)
+            v = "unobservable" if est is None else _verdict(reserved, est, 0.0)
+            terms.append(
+                TermComparison(
+                    t.term,
+                    reserved,
+                    est,
+                    v,
+                    f"estimated from the max_bs {c.ladder[0][0] if c.ladder else '?'}"
+                    f"…{c.ladder[-1][0] if c.ladder else '?'} ladder of run {c.measurement_id}",
+                )
+            )
+        else:
+            name_ = t.term.split("+")[0]
+            reserved = sum(mib.get(n, 0.0) for n in t.term.split("+")) if name_ in mib else t.reserved_mib
+            terms.append(
+                TermComparison(
+                    t.term,
+                    reserved,
+                    t.measured_mib,
+                    _verdict(reserved, t.measured_mib, 0.0) if t.verdict not in ("unobservable", "off") else t.verdict,
+                    t.observed_from,
+                    t.note,
+                )
+            )
+    rec = None
+    if used is not None and c.free_at_start_mib:
+        rec = math.floor((1 - (used + c.margin_mib) / c.free_at_start_mib) * 1000) / 1000
+    verdict, reason = c.verdict, c.reason
+    if c.failure_kind is None and headroom is not None and used is not None:
+        if headroom < TIGHT_MIB:
+            verdict, reason = "tight", f"{headroom:.0f} MiB free at the worst point (estimated)"
+        elif headroom > 2 * max(used, 1.0):
+            verdict, reason = (
+                "wasteful",
+                f"{headroom:.0f} MiB unused vs {used:.0f} MiB used after the KV pool (estimated)",
+            )
+        else:
+            verdict, reason = "ok", f"{headroom:.0f} MiB free at the worst point (estimated)"
+    return replace(
+        c,
+        measurement_id=f"{c.measurement_id}>{name}",
+        scenario=name,
+        mfs=res.mem_fraction_static,
+        heuristic_fraction=res.heuristic_fraction,
+        slack_mib=slack,
+        reserved_terms_mib=res.reserved_mib,
+        used_after_kv_mib=used,
+        headroom_mib=headroom,
+        headroom_startup_mib=None,
+        recommended_mfs=rec,
+        verdict=verdict,
+        reason=reason + f" [derived from run {c.measurement_id}]",
+        terms=tuple(terms),
+        ladder=tuple(p for p in c.ladder if p[0] <= max_bs),
+        wasted_kv_tokens=(
+            int((headroom - c.margin_mib) * 2**20 // c.kv_bytes_per_token)
+            if headroom is not None and c.kv_bytes_per_token and headroom > c.margin_mib
+            else None
+        ),
+    )

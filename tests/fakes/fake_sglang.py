@@ -43,8 +43,11 @@ elif behaviour == "oom-capture":
     probe({"type": "begin", "phase": "decode_graph", "seq": 1, "kind": "gpu", "snap": {"free_mib": 1000.0}})
     log("Capture cuda graph begin. This can take up to several minutes. avail mem=0.98 GB")
     log("Scheduler hit an exception: Traceback (most recent call last):")
-    print("Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate 448.00 MiB. GPU 0 has a "
-          "total capacity of 79.11 GiB of which 120.00 MiB is free.", flush=True)
+    print(
+        "Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate 448.00 MiB. GPU 0 has a "
+        "total capacity of 79.11 GiB of which 120.00 MiB is free.",
+        flush=True,
+    )
     sys.exit(1)
 elif behaviour == "crash-startup":
     probe({"type": "start", "kind": "gpu", "targets": []})
@@ -52,6 +55,64 @@ elif behaviour == "crash-startup":
     log("Load weight begin. avail mem=78.12 GB")
     print("Traceback (most recent call last):\nRuntimeError: weight file is corrupt", flush=True)
     sys.exit(1)
+elif behaviour == "ok":
+    # a well-behaved worker: probe records for a few phases, /health, /server_info, /generate
+    time.sleep(float(os.environ.get("FAKE_STARTUP_S", "0")))
+    for seq, (phase, before, after) in enumerate(
+        [("weights", 80000.0, 64000.0), ("kv_pool", 64000.0, 10000.0), ("decode_graph", 9800.0, 9000.0)], 1
+    ):
+        probe({"type": "begin", "phase": phase, "seq": seq, "kind": "gpu", "snap": {"free_mib": before}})
+        probe(
+            {
+                "type": "end",
+                "phase": phase,
+                "seq": seq,
+                "kind": "gpu",
+                "before": {"free_mib": before},
+                "after": {"free_mib": after},
+                "details": {},
+                "elapsed_s": 0.1,
+            }
+        )
+    for i, bs in enumerate((8, 4, 2, 1)):
+        probe(
+            {"type": "ladder", "phase": "decode_graph", "bs": bs, "kind": "gpu", "snap": {"free_mib": 9600.0 - 200 * i}}
+        )
+
+    class Ok(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = (
+                {
+                    "version": "0.5.23",
+                    "max_total_num_tokens": 4096,
+                    "max_running_requests": 4,
+                    "chunked_prefill_size": 256,
+                    "max_req_input_len": 1000,
+                }
+                if self.path == "/server_info"
+                else {}
+            )
+            data = json.dumps(body).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_POST(self):
+            n = int(self.headers.get("Content-Length", 0))
+            req = json.loads(self.rfile.read(n) or b"{}")
+            k = req.get("sampling_params", {}).get("max_new_tokens", 1)
+            data = json.dumps({"output_ids": list(range(k))}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *a):
+            pass
+
+    signal.signal(signal.SIGTERM, lambda *a: os._exit(0))
+    http.server.ThreadingHTTPServer(("127.0.0.1", port), Ok).serve_forever()
 elif behaviour == "serve-then-die":
 
     class H(http.server.BaseHTTPRequestHandler):

@@ -1,0 +1,753 @@
+"""`memfrac calibrate`: fit the constants behind sglang's reservation terms from what workers really used.
+
+Each term is a constant times what sglang already multiplies it by (recovered from today's reserve, so a
+fitted constant drops straight into the same line of memory_hook.py):
+
+| term | x (from today's reserve) | fitted constant |
+|---|---|---|
+| activation | tokens = reserved ÷ 1.5 | Q-quantile of measured ÷ x (MiB/token) |
+| decode_graph | decode max_bs = reserved ÷ 2 | Q-quantile of max(measured ÷ x, ladder slope) (MiB/bs) |
+| prefill_graph | buckets = reserved ÷ 8 (non-MLA) | Q-quantile of measured ÷ x (MiB/bucket); MLA: flat + margin |
+| parallel | tp·pp = reserved ÷ 128 | Q-quantile of measured ÷ x (MiB per tp·pp) |
+| constant | — | Q-quantile of measured + margin |
+| deepep_a2a | analytic DeepEP MiB (T, hidden, experts) | analytic × (1 + overhead) + constant |
+| floor_topup | runs the floor sized | Q-quantile of what the pre-floor terms had to cover + margin |
+
+Q = 1 takes the largest per-run ratio, so no run the constant was fitted on is under-reserved by it; leave-one-out
+(fit without run i, test on run i) says how well it carries to a run it has not seen. The margin is added only
+where a constant is absolute MiB (a per-unit slope already scales with its run). The decode-graph constant
+becomes MiB per bs per unit of hidden size when every run knows its hidden size and there are at least two.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from profiler.errors import MemfracError
+from profiler.heuristic.record import SGLANG_TERM_SOURCE, TERM_NAMES
+from profiler.modelcfg import MLA_ARCHITECTURES
+from profiler.store import load_ladder, load_results
+
+#: Floating-point slack when asking "is measured above the reserve?" (MiB).
+TOLERANCE_MIB = 1e-6
+#: sglang's floor applies on GPUs above this capacity (MiB).
+FLOOR_GPU_MIB = 60 * 1024
+FLOOR_MIB = 10 * 1024.0
+#: Terms sglang sums before the floor, and the ones it adds after it.
+PRE_FLOOR = ("constant", "activation", "parallel", "decode_graph", "dp_padding", "prefill_graph", "prefill_bcg_deepep")
+POST_FLOOR = ("deepep_a2a", "speculative", "xpu")
+_BAD_RUN = ("oom_during_capture", "oom_startup", "oom_runtime", "failed")
+
+
+@dataclass(frozen=True, slots=True)
+class Spec:
+    """One fittable constant: the sglang term it belongs to, today's value and what it multiplies."""
+
+    key: str
+    term: str  # the sglang term name (SGLANG_TERM_SOURCE key)
+    today: float
+    unit: str  # what the constant is per ("" for absolute MiB)
+    x_from: str  # how x is recovered, in words
+    needs: str  # what measures it
+
+
+_SPEC_ROWS = (
+    ("constant", "constant", 512.0, "", "1 (absolute MiB)",
+     "probe runs: attention backends, eager runner, finalize, disaggregation init"),
+    ("activation", "activation", 1.5, "token", "tokens = reserved ÷ 1.5",
+     "probe runs under serving load (runtime peak)"),
+    ("parallel", "parallel", 128.0, "tp·pp", "tp·pp = reserved ÷ 128",
+     "probe runs: non-torch growth after the KV pool"),
+    ("decode_graph", "decode_graph", 2.0, "bs", "decode max_bs = reserved ÷ 2",
+     "a decode capture without attention DP (probe, or a log's capture line)"),
+    ("prefill_graph", "prefill_graph", 8.0, "bucket", "buckets = reserved ÷ 8", "a prefill capture of a non-MLA model"),
+    ("prefill_graph_mla", "prefill_graph", 1536.0, "", "1 (absolute MiB)", "a prefill capture of an MLA model"),
+    ("floor_topup", "floor_topup", FLOOR_MIB, "", "1 (absolute MiB)",
+     "healthy runs the 10 GiB floor sized (GPU > 60 GiB), with used-after-KV"),
+    ("deepep_a2a", "deepep_a2a", 2048.0, "", "analytic DeepEP MiB (T, hidden, experts)",
+     "probe runs with DeepEP (buffer creation)"),
+)  # fmt: skip
+SPECS: dict[str, Spec] = {r[0]: Spec(*r) for r in _SPEC_ROWS}
+_DIVISOR = {"activation": 1.5, "parallel": 128.0, "decode_graph": 2.0, "prefill_graph": 8.0}
+
+
+@dataclass(frozen=True, slots=True)
+class Obs:
+    """One run's evidence for one constant: what the term scales with (x) and what was measured."""
+
+    run_id: str
+    model: str
+    mode: str
+    x: float  # tokens, bs, buckets, tp·pp or analytic MiB; 1 for an absolute constant
+    measured: float
+    reserved: float  # today's reserve for this term in this run
+    hidden: int | None = None
+    unit_floor: float | None = None  # a per-unit rate the constant must also cover (decode ladder slope)
+
+
+@dataclass(frozen=True, slots=True)
+class Fit:
+    """A fitted reserve: per_unit slope·x, per_hidden slope·x·hidden, flat constant, deepep slope·x + constant."""
+
+    form: str
+    slope: float = 0.0
+    constant: float = 0.0
+
+    def predict(self, o: Obs) -> float:
+        if self.form == "per_unit":
+            return self.slope * o.x
+        if self.form == "per_hidden":
+            return self.slope * o.x * (o.hidden or 0)
+        if self.form == "deepep":
+            return self.slope * o.x + self.constant
+        return self.constant
+
+
+@dataclass(frozen=True, slots=True)
+class GroupFit:
+    """The constant of one model (or hidden size) alone, to show how much models differ."""
+
+    group: str
+    runs: int
+    value: float
+
+
+@dataclass(frozen=True, slots=True)
+class TermResult:
+    """A fitted constant against today's, with the runs it rests on and how it would have done."""
+
+    key: str
+    term: str
+    sglang_source: str
+    today: float
+    unit: str
+    observations: tuple[Obs, ...]
+    fit: Fit | None
+    formula: str  # the fitted reserve in words ("not observable in these results" when no data)
+    form_note: str
+    under_today: tuple[str, ...]
+    under_fitted: tuple[str, ...]
+    loo_tested: int
+    loo_under: tuple[str, ...]
+    groups: tuple[GroupFit, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def runs(self) -> int:
+        return len(self.observations)
+
+
+@dataclass(frozen=True, slots=True)
+class KvRecovered:
+    """KV memory the fitted constants give back (negative: take away) for one node type."""
+
+    mode: str
+    runs: int
+    runs_given_mfs: int  # the fraction was not the heuristic's (given by the user): constants do not move their pool
+    mib: float
+    mean_mib: float
+    tokens: int | None
+    runs_without_bytes_per_token: int
+
+
+@dataclass(frozen=True, slots=True)
+class LadderSlope:
+    """The decode ladder of one run: least-squares MiB per captured bs, over its (bs, cumulative MiB) points."""
+
+    run_id: str
+    points: int
+    max_bs: int
+    max_used_mib: float
+    slope_mib_per_bs: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    """Everything `memfrac calibrate` prints (text) or dumps (--json)."""
+
+    results: tuple[str, ...]
+    quantile: float
+    margin_mib: float
+    runs: int
+    terms: tuple[TermResult, ...]
+    unobservable: tuple[tuple[str, str], ...]  # sglang terms with no fit, and why
+    scenarios_under_today: tuple[str, ...]
+    scenarios_under_fitted: tuple[str, ...]
+    scenarios_loo_under: tuple[str, ...]
+    kv: tuple[KvRecovered, ...]
+    ladders: tuple[LadderSlope, ...]
+    notes: tuple[str, ...] = field(default=())
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["terms"] = [asdict(t) | {"runs": t.runs} for t in self.terms]
+        d["unobservable"] = [
+            {"term": t, "why": w, "sglang_source": SGLANG_TERM_SOURCE[t]} for t, w in self.unobservable
+        ]
+        return _finite(d)
+
+
+def _finite(v: Any) -> Any:
+    """JSON has no NaN/inf: write them as null."""
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_finite(x) for x in v]
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+# ---------------------------------------------------------------------------------------------------
+# Reading results directories
+# ---------------------------------------------------------------------------------------------------
+
+
+def load_dirs(results: Sequence[str]) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
+    """results.parquet and ladder.parquet of every directory, concatenated; a run seen twice counts once."""
+    if not results:
+        raise MemfracError("give at least one results directory")
+    frames, ladders, notes = [], [], []
+    for d in results:
+        p = Path(d)
+        if not p.is_dir():
+            raise MemfracError(f"{d}: no such results directory")
+        frames.append(load_results(p))
+        ladders.append(load_ladder(p))
+    df = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    lad = pd.concat(ladders, ignore_index=True) if len(ladders) > 1 else ladders[0]
+    dups = df.duplicated(subset=["run_id", "term"], keep="first")
+    if dups.any():
+        n = df.loc[dups, "run_id"].nunique()
+        notes.append(f"{n} run(s) recorded in several directories were counted once (the first directory's rows)")
+    df = df[~dups]
+    lad = lad.drop_duplicates(subset=["run_id", "bs"], keep="first")
+    return df.reset_index(drop=True), lad.reset_index(drop=True), notes
+
+
+def as_float(v: Any) -> float | None:
+    """A float, or None for NA/NaN (pandas gives both)."""
+    if v is None or v is pd.NA:
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(f) else f
+
+
+def as_text(v: Any, default: str = "") -> str:
+    return default if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)) else str(v)
+
+
+def short_model(row: pd.Series) -> str:
+    model = as_text(row.get("model"))
+    return model.rstrip("/").rsplit("/", 1)[-1] if model else as_text(row.get("architecture"), "unknown model")
+
+
+def is_mla(row: pd.Series, reserved: float) -> bool:
+    """MLA by architecture; an unknown architecture with exactly sglang's flat 1536 MiB counts as MLA."""
+    arch = as_text(row.get("architecture"))
+    return arch in MLA_ARCHITECTURES if arch else reserved == 1536.0
+
+
+def ladder_slopes(ladder: pd.DataFrame) -> dict[str, LadderSlope]:
+    """Per run with a ladder: the least-squares slope of cumulative capture MiB over bs."""
+    out: dict[str, LadderSlope] = {}
+    for run_id, g in ladder.dropna(subset=["bs", "used_mib"]).groupby("run_id", sort=True):
+        bs = g["bs"].astype(float).to_numpy()
+        used = g["used_mib"].astype(float).to_numpy()
+        slope = float(np.polyfit(bs, used, 1)[0]) if len(set(bs)) >= 2 else None
+        out[str(run_id)] = LadderSlope(str(run_id), len(g), int(bs.max()), float(used.max()), slope)
+    return out
+
+
+def _observable(df: pd.DataFrame, term: str) -> pd.DataFrame:
+    """Rows where the term was on (reserved > 0), measured, and compared on GPU memory."""
+    rows = df[(df["term"] == term) & df["term_verdict"].isin(["under", "fits", "over"])]
+    rows = rows[rows["reserved_mib"].fillna(0) > 0]
+    return rows[rows["measured_mib"].notna() & (rows["memory_kind"].fillna("gpu") == "gpu")]
+
+
+def _obs(row: pd.Series, x: float, measured: float | None = None, unit_floor: float | None = None) -> Obs:
+    hidden = as_float(row.get("hidden_size"))
+    return Obs(
+        run_id=str(row["run_id"]),
+        model=short_model(row),
+        mode=as_text(row.get("mode"), "unknown"),
+        x=x,
+        measured=float(row["measured_mib"]) if measured is None else measured,
+        reserved=float(row["reserved_mib"]),
+        hidden=int(hidden) if hidden else None,
+        unit_floor=unit_floor,
+    )
+
+
+def observations(df: pd.DataFrame, slopes: dict[str, LadderSlope]) -> dict[str, list[Obs]]:
+    """The evidence for every fittable constant (see the module table)."""
+    out: dict[str, list[Obs]] = {k: [] for k in SPECS}
+    for key in ("activation", "parallel", "decode_graph"):
+        for _, r in _observable(df, key).iterrows():
+            floor = None
+            if key == "decode_graph" and (s := slopes.get(str(r["run_id"]))) and s.slope_mib_per_bs is not None:
+                floor = s.slope_mib_per_bs
+            out[key].append(_obs(r, float(r["reserved_mib"]) / _DIVISOR[key], unit_floor=floor))
+    for _, r in _observable(df, "prefill_graph").iterrows():
+        if is_mla(r, float(r["reserved_mib"])):
+            out["prefill_graph_mla"].append(_obs(r, 1.0))
+        else:
+            out["prefill_graph"].append(_obs(r, float(r["reserved_mib"]) / 8.0))
+    for _, r in _observable(df, "constant").iterrows():
+        out["constant"].append(_obs(r, 1.0))
+    for _, r in _observable(df, "deepep_a2a").iterrows():
+        analytic = as_float(r.get("deepep_analytic_mib"))
+        out["deepep_a2a"].append(_obs(r, analytic if analytic and analytic > 0 else 0.0))
+    out["floor_topup"] = floor_observations(df)
+    return out
+
+
+def _run_terms(df: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """run_id → its term rows (total excluded), for runs whose reservation was modelled."""
+    terms = df[(df["term"] != "total") & df["rules"].notna()]
+    return {str(k): g for k, g in terms.groupby("run_id", sort=True)}
+
+
+def _floor_eligible(total: pd.Series, terms: pd.DataFrame) -> bool:
+    gpu = as_float(total.get("gpu_total_mib"))
+    if gpu is not None:
+        return gpu > FLOOR_GPU_MIB
+    floor = terms[terms["term"] == "floor_topup"]["reserved_mib"]
+    return bool((floor.fillna(0) > 0).any())
+
+
+def _reserved(terms: pd.DataFrame, names: Sequence[str]) -> float:
+    """Today's reserve of these terms, joined rows ('decode_graph+dp_padding') included."""
+    sel = terms[terms["term"].map(lambda t: any(n in names for n in str(t).split("+")))]
+    return float(sel["reserved_mib"].fillna(0).sum())
+
+
+def floor_observations(df: pd.DataFrame) -> list[Obs]:
+    """What the pre-floor terms had to cover in runs the floor sized (its top-up was on), in capacity MiB.
+
+    need = used after the KV pool − post-floor reserves (+ the activation reserve when no serving load was
+    seen), scaled by gpu_total ÷ free_at_start because sglang applies the fraction to capacity but the
+    worker only gets free_at_start × (1 − mfs).
+    """
+    out = []
+    by_run = _run_terms(df)
+    totals = df[(df["term"] == "total") & ~df["verdict"].isin(_BAD_RUN)]
+    for _, t in totals.iterrows():
+        terms = by_run.get(str(t["run_id"]))
+        used = as_float(t.get("used_after_kv_mib"))
+        if terms is None or used is None or as_text(t.get("memory_kind"), "gpu") != "gpu":
+            continue
+        if not (terms[terms["term"] == "floor_topup"]["reserved_mib"].fillna(0) > 0).any():
+            continue  # the floor did not size this run: its terms were above it
+        act = terms[terms["term"] == "activation"]
+        seen = act["term_verdict"].isin(["under", "fits", "over"]).any()
+        unseen_act = 0.0 if seen else float(act["reserved_mib"].fillna(0).sum())
+        need = used - _reserved(terms, POST_FLOOR) + unseen_act
+        gpu, start = as_float(t.get("gpu_total_mib")), as_float(t.get("free_at_start_mib"))
+        if gpu and start:
+            need *= gpu / start
+        pre = max(_reserved(terms, PRE_FLOOR), FLOOR_MIB)
+        row = t.copy()
+        row["reserved_mib"] = pre
+        out.append(_obs(row, 1.0, measured=need))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# Fitting
+# ---------------------------------------------------------------------------------------------------
+
+
+def upper_quantile(values: Sequence[float], q: float) -> float:
+    """The Q-quantile, taken at an observed value (numpy 'higher'): Q = 1 is the max, never interpolated down."""
+    return float(np.quantile(np.asarray(values, dtype=float), q, method="higher"))
+
+
+def _ratio(o: Obs, per_hidden: bool) -> float:
+    r = o.measured / o.x
+    if o.unit_floor is not None:
+        r = max(r, o.unit_floor)
+    return r / o.hidden if per_hidden and o.hidden else r
+
+
+def fit_per_unit(obs: Sequence[Obs], q: float, margin: float) -> Fit:
+    """MiB per unit of x: the Q-quantile of the per-run ratios (no margin: the slope scales)."""
+    return Fit("per_unit", slope=upper_quantile([_ratio(o, False) for o in obs], q))
+
+
+def fit_decode(obs: Sequence[Obs], q: float, margin: float) -> Fit:
+    """MiB per bs, × hidden size when every run knows its hidden size and there are at least two of them."""
+    if shape_supported(obs):
+        return Fit("per_hidden", slope=upper_quantile([_ratio(o, True) for o in obs], q))
+    return fit_per_unit(obs, q, margin)
+
+
+def shape_supported(obs: Sequence[Obs]) -> bool:
+    return bool(obs) and all(o.hidden for o in obs) and len({o.hidden for o in obs}) >= 2
+
+
+def fit_flat(obs: Sequence[Obs], q: float, margin: float) -> Fit:
+    """An absolute MiB: the Q-quantile of what was measured, plus the margin."""
+    return Fit("flat", constant=upper_quantile([o.measured for o in obs], q) + margin)
+
+
+def fit_deepep(obs: Sequence[Obs], q: float, margin: float) -> Fit:
+    """reserve = analytic × (1 + overhead) + constant.
+
+    Fewer than 3 runs or 2 distinct analytic sizes: overhead = Q-quantile(measured ÷ analytic) − 1 and the
+    constant is the margin. Otherwise the overhead is the least-squares slope − 1 (not below 0) and the
+    constant is the Q-quantile of what is left over, plus the margin. Runs with no analytic size: flat.
+    """
+    with_analytic = [o for o in obs if o.x > 0]
+    if not with_analytic:
+        return fit_flat(obs, q, margin)
+    xs = np.array([o.x for o in with_analytic])
+    ys = np.array([o.measured for o in with_analytic])
+    if len(with_analytic) < 3 or len(set(xs.tolist())) < 2:
+        return Fit("deepep", slope=upper_quantile((ys / xs).tolist(), q), constant=margin)
+    slope = max(1.0, float(np.polyfit(xs, ys, 1)[0]))
+    return Fit("deepep", slope=slope, constant=upper_quantile((ys - slope * xs).tolist(), q) + margin)
+
+
+_FITTERS: dict[str, Callable[[Sequence[Obs], float, float], Fit]] = {
+    "constant": fit_flat,
+    "activation": fit_per_unit,
+    "parallel": fit_per_unit,
+    "decode_graph": fit_decode,
+    "prefill_graph": fit_per_unit,
+    "prefill_graph_mla": fit_flat,
+    "floor_topup": fit_flat,
+    "deepep_a2a": fit_deepep,
+}
+
+
+def _under(fit: Fit, o: Obs) -> bool:
+    return o.measured > fit.predict(o) + TOLERANCE_MIB
+
+
+def leave_one_out(key: str, obs: Sequence[Obs], q: float, margin: float) -> tuple[int, tuple[str, ...]]:
+    """(runs tested, runs under-reserved) when each run is predicted by the fit on all the others."""
+    fitter = _FITTERS[key]
+    if key == "deepep_a2a":
+        obs = [o for o in obs if o.x > 0] or list(obs)
+    if len(obs) < 2:
+        return 0, ()
+    under = []
+    for i, o in enumerate(obs):
+        rest = [p for j, p in enumerate(obs) if j != i]
+        if _under(fitter(rest, q, margin), o):
+            under.append(o.run_id)
+    return len(obs), tuple(under)
+
+
+def _formula(spec: Spec, fit: Fit) -> str:
+    if fit.form == "per_unit":
+        return f"{fit.slope:.4g} MiB/{spec.unit}"
+    if fit.form == "per_hidden":
+        return f"{fit.slope * 1024:.4g} MiB/{spec.unit} per 1024 of hidden size ({fit.slope:.4g} × bs × hidden)"
+    if fit.form == "deepep":
+        over = f"overhead {fit.slope - 1:+.1%}"
+        return f"analytic(T, hidden, experts) × {fit.slope:.4g} + {fit.constant:.0f} MiB ({over})"
+    return f"{fit.constant:.0f} MiB"
+
+
+def _groups(obs: Sequence[Obs], q: float) -> tuple[GroupFit, ...]:
+    """Per model (hidden size when known) constants: shown when at least two models are in the data."""
+    by: dict[str, list[Obs]] = {}
+    for o in obs:
+        by.setdefault(f"hidden {o.hidden}" if o.hidden else o.model, []).append(o)
+    if len(by) < 2:
+        return ()
+    return tuple(GroupFit(g, len(v), upper_quantile([_ratio(o, False) for o in v], q)) for g, v in sorted(by.items()))
+
+
+def _form_note(key: str, obs: Sequence[Obs], fit: Fit) -> str:
+    models = len({o.model for o in obs})
+    if key == "decode_graph":
+        if fit.form == "per_hidden":
+            return f"per hidden size: {len({o.hidden for o in obs})} hidden sizes across {models} models"
+        why = "one model" if models < 2 else f"{models} models, hidden size not known for every run"
+        floors = sum(o.unit_floor is not None for o in obs)
+        return f"one constant ({why})" + (f"; {floors} run(s) also bound by their ladder slope" if floors else "")
+    if key == "deepep_a2a":
+        if fit.form == "flat":
+            return "flat: no analytic DeepEP size recorded beside the measurements"
+        n = sum(o.x > 0 for o in obs)
+        return "least-squares slope, constant from the residuals" if fit.constant != 0 and n >= 3 else "ratio form"
+    return {"per_unit": "one constant", "flat": "absolute MiB (+ margin)"}.get(fit.form, fit.form)
+
+
+def evaluate_term(key: str, obs: Sequence[Obs], q: float, margin: float) -> TermResult:
+    """Fit one constant and judge it: under-reserved runs today and fitted, and leave-one-out."""
+    spec = SPECS[key]
+    src = SGLANG_TERM_SOURCE[spec.term]
+    under_today = tuple(o.run_id for o in obs if o.measured > o.reserved + TOLERANCE_MIB)
+    if not obs:
+        return TermResult(key, spec.term, src, spec.today, spec.unit, (), None,
+                          "not observable in these results", "", (), (), 0, ())  # fmt: skip
+    fit = _FITTERS[key](obs, q, margin)
+    notes: list[str] = []
+    if key == "deepep_a2a" and any(o.x <= 0 for o in obs) and fit.form == "deepep":
+        notes.append(f"{sum(o.x <= 0 for o in obs)} run(s) without an analytic size were left out of the fit")
+        obs = [o for o in obs if o.x > 0]
+    tested, loo = leave_one_out(key, obs, q, margin)
+    if tested == 0:
+        notes.append("one run: leave-one-out needs at least two")
+    return TermResult(
+        key=key, term=spec.term, sglang_source=src, today=spec.today, unit=spec.unit, observations=tuple(obs),
+        fit=fit, formula=_formula(spec, fit), form_note=_form_note(key, obs, fit), under_today=under_today,
+        under_fitted=tuple(o.run_id for o in obs if _under(fit, o)), loo_tested=tested, loo_under=loo,
+        groups=_groups(obs, q) if key == "decode_graph" else (), notes=tuple(notes),
+    )  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------------
+# KV memory recovered
+# ---------------------------------------------------------------------------------------------------
+
+
+def _new_term(key: str, fits: dict[str, Fit], row: pd.Series) -> float | None:
+    """This run's term under the fitted constants (None: no fit, or the run lacks what it scales with)."""
+    r = float(row["reserved_mib"]) if as_float(row["reserved_mib"]) is not None else 0.0
+    if r <= 0:
+        return None
+    if key == "prefill_graph":
+        key = "prefill_graph_mla" if is_mla(row, r) else "prefill_graph"
+    fit = fits.get(key)
+    if fit is None:
+        return None
+    if key == "deepep_a2a":
+        analytic = as_float(row.get("deepep_analytic_mib")) or 0.0
+        if fit.form == "deepep" and analytic <= 0:
+            return None
+        return fit.predict(_obs(row, analytic, measured=0.0))
+    x = r / _DIVISOR[key] if key in _DIVISOR else 1.0
+    o = _obs(row, x, measured=0.0)
+    if fit.form == "per_hidden" and not o.hidden:
+        return None
+    return fit.predict(o)
+
+
+def _totals(terms: pd.DataFrame, fits: dict[str, Fit], floor_on: bool) -> tuple[float, float]:
+    """(today's reserve, the reserve with the fitted constants) of one run: max(pre, floor) + post."""
+    today = {"pre": 0.0, "post": 0.0}
+    new = {"pre": 0.0, "post": 0.0}
+    act_on = bool((terms[terms["term"] == "activation"]["reserved_mib"].fillna(0) > 0).any())
+    for _, row in terms.iterrows():
+        name = str(row["term"])
+        if name in ("floor_topup", "vlm_scaling"):
+            continue
+        r = as_float(row["reserved_mib"]) or 0.0
+        side = "post" if name in POST_FLOOR else "pre"
+        fitted = None if "+" in name or (name == "constant" and not act_on) else _new_term(name, fits, row)
+        today[side] += r
+        new[side] += r if fitted is None else fitted
+    floor_new = fits["floor_topup"].constant if "floor_topup" in fits else FLOOR_MIB
+    t = (max(today["pre"], FLOOR_MIB) if floor_on else today["pre"]) + today["post"]
+    n = (max(new["pre"], floor_new) if floor_on else new["pre"]) + new["post"]
+    return t, n
+
+
+def heuristic_sized(total: pd.Series) -> bool:
+    """Whether the heuristic set this run's fraction: not given by the user, and (GPU known) equal to it."""
+    if as_text(total.get("mfs_origin")) == "given":
+        return False
+    mfs, hf = as_float(total.get("mfs")), as_float(total.get("heuristic_fraction"))
+    if as_text(total.get("mfs_origin")) != "auto" and as_float(total.get("gpu_total_mib")) and mfs and hf:
+        return abs(mfs - hf) < 0.0015
+    return True
+
+
+def kv_recovered(df: pd.DataFrame, fits: dict[str, Fit]) -> tuple[KvRecovered, ...]:
+    """Per node type: the KV pool change if sglang reserved with the fitted constants.
+
+    kv = free_at_start × mfs − weights and mfs = (gpu − reserved) ÷ gpu, so a reserve lower by Δ gives the pool
+    free_at_start × Δ ÷ gpu more MiB (Δ itself when either is unknown); tokens via kv_bytes_per_token.
+    Runs whose fraction the heuristic did not set (given by the user) are counted apart: changing the
+    constants would not change their pool.
+    """
+    by_run = _run_terms(df)
+    acc: dict[str, dict[str, float]] = {}
+    for _, t in df[df["term"] == "total"].iterrows():
+        terms = by_run.get(str(t["run_id"]))
+        if terms is None:
+            continue
+        mode = as_text(t.get("mode"), "unknown")
+        a = acc.setdefault(mode, {"runs": 0, "given": 0, "mib": 0.0, "tokens": 0.0, "no_bpt": 0})
+        if not heuristic_sized(t):
+            a["given"] += 1
+            continue
+        today, new = _totals(terms, fits, _floor_eligible(t, terms))
+        delta = today - new
+        gpu, start = as_float(t.get("gpu_total_mib")), as_float(t.get("free_at_start_mib"))
+        if gpu and start:
+            delta *= start / gpu
+        a["runs"] += 1
+        a["mib"] += delta
+        bpt = as_float(t.get("kv_bytes_per_token"))
+        if bpt:
+            a["tokens"] += delta * 2**20 / bpt
+        else:
+            a["no_bpt"] += 1
+    order = {"prefill": 0, "decode": 1, "null": 2}
+    return tuple(
+        KvRecovered(m, int(a["runs"]), int(a["given"]), a["mib"], a["mib"] / a["runs"] if a["runs"] else 0.0,
+                    round(a["tokens"]) if a["runs"] > a["no_bpt"] else None, int(a["no_bpt"]))
+        for m, a in sorted(acc.items(), key=lambda kv: (order.get(kv[0], 9), kv[0]))
+    )  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------------
+# The command
+# ---------------------------------------------------------------------------------------------------
+
+_NO_PHASE = {
+    "dp_padding": "measured only together with decode_graph (one capture)",
+    "prefill_bcg_deepep": "measured only together with prefill_graph (one capture)",
+    "speculative": "no phase spends this term alone",
+    "xpu": "no phase spends this term alone",
+    "vlm_scaling": "multiplies the fraction; no phase spends it",
+}
+
+
+def _unobservable(results: Sequence[TermResult], df: pd.DataFrame) -> tuple[tuple[str, str], ...]:
+    fitted = {r.term for r in results if r.fit is not None}
+    out = []
+    for name in TERM_NAMES:
+        if name in fitted:
+            continue
+        why = _NO_PHASE.get(name, "not observable in these results")
+        joined = df[df["term"].fillna("").str.contains(rf"(?:^|\+){name}(?:\+|$)") & df["measured_mib"].notna()]
+        joined = joined[joined["term"] != name]
+        if len(joined):
+            names = ", ".join(sorted(set(joined["term"])))
+            why += f"; {joined['run_id'].nunique()} run(s) measured it joined as {names}"
+        out.append((name, why))
+    return tuple(out)
+
+
+def calibrate(results: Sequence[str], quantile_q: float = 1.0, margin_mib: float = 256.0) -> Calibration:
+    """Fit every constant the results can support and judge it against today's."""
+    if not 0.0 <= quantile_q <= 1.0:
+        raise MemfracError(f"--quantile {quantile_q}: must be between 0 and 1 (1 = the largest per-run ratio)")
+    if margin_mib < 0 or not math.isfinite(margin_mib):
+        raise MemfracError(f"--margin {margin_mib}: must be a finite number of MiB ≥ 0")
+    df, ladder, notes = load_dirs(results)
+    slopes = ladder_slopes(ladder)
+    obs = observations(df, slopes)
+    terms = tuple(evaluate_term(k, obs[k], quantile_q, margin_mib) for k in SPECS)
+    fits = {t.key: t.fit for t in terms if t.fit is not None}
+
+    def union(attr: str) -> tuple[str, ...]:
+        return tuple(sorted({r for t in terms for r in getattr(t, attr)}))
+
+    if not len(df):
+        notes.append("the results hold no runs")
+    return Calibration(
+        results=tuple(str(r) for r in results), quantile=quantile_q, margin_mib=margin_mib,
+        runs=int(df["run_id"].nunique()), terms=terms, unobservable=_unobservable(terms, df),
+        scenarios_under_today=union("under_today"), scenarios_under_fitted=union("under_fitted"),
+        scenarios_loo_under=union("loo_under"), kv=kv_recovered(df, fits), ladders=tuple(slopes.values()),
+        notes=tuple(notes),
+    )  # fmt: skip
+
+
+def _label(t: TermResult) -> str:
+    return t.term + (" (MLA)" if t.key == "prefill_graph_mla" else "")
+
+
+def _evidence_row(t: TermResult, o: Obs) -> list[str]:
+    fitted = "—" if t.fit is None else f"{t.fit.predict(o):.1f}"
+    under = "yes" if o.run_id in t.under_fitted else "no"
+    return [o.run_id[:52], o.model[:28], f"{o.x:g}", f"{o.measured:.1f}", f"{o.reserved:.1f}", fitted, under]
+
+
+def _today_text(t: TermResult) -> str:
+    return f"{t.today:g} MiB" + (f"/{t.unit}" if t.unit else "")
+
+
+def _table(head: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(head)]
+    out = ["  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)).rstrip()]
+    out.append("  ".join("-" * w for w in widths))
+    out += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    return out
+
+
+def render_text(c: Calibration) -> str:
+    """The calibration as a maintainer reads it: one line per sglang term, then the evidence."""
+    q = "max" if c.quantile == 1.0 else f"{c.quantile:g}-quantile"
+    lines = [
+        f"memfrac calibrate: {c.runs} runs from {len(c.results)} results dir(s); constant = {q} of the per-run "
+        f"ratios; +{c.margin_mib:g} MiB margin on absolute constants",
+        "",
+    ]
+    rows = []
+    for t in c.terms:
+        if t.fit is None:
+            continue
+        loo = f"{len(t.loo_under)}/{t.loo_tested}" if t.loo_tested else "n/a"
+        rows.append([_label(t), _today_text(t), t.formula, str(t.runs), str(len(t.under_today)),
+                     str(len(t.under_fitted)), loo])  # fmt: skip
+    if rows:
+        lines += _table(["sglang term", "today", "fitted", "runs", "under today", "under fitted", "LOO under"], rows)
+    else:
+        lines.append("no constant can be fitted: no term is observable in these results")
+    lines += ["", "where each lives in sglang (memory_hook.py):"]
+    for t in c.terms:
+        if t.fit is not None and t.key != "prefill_graph_mla":
+            lines.append(f"  {t.term}: {t.sglang_source}")
+    lines += ["", "not fitted:"]
+    for t in c.terms:
+        if t.fit is None:
+            lines.append(f"  {_label(t)}: not observable in these results (needs {SPECS[t.key].needs})")
+    for name, why in c.unobservable:
+        if name not in {t.term for t in c.terms}:
+            lines.append(f"  {name}: {why}")
+    for t in c.terms:
+        if t.fit is None:
+            continue
+        lines += ["", f"{_label(t)}: {t.form_note}; x = {SPECS[t.key].x_from}"]
+        ev = [_evidence_row(t, o) for o in t.observations]
+        lines += ["  " + s for s in _table(["run", "model", "x", "measured", "today", "fitted", "fitted under?"], ev)]
+        lines += [f"  {g.group}: {g.value:.4g} MiB/{t.unit} ({g.runs} run(s))" for g in t.groups]
+        lines += [f"  note: {n}" for n in t.notes]
+    if c.ladders:
+        lines += ["", "decode ladders (least-squares MiB per captured bs, cumulative capture memory):"]
+        lines += [
+            f"  {s.run_id}: {s.points} sizes up to bs {s.max_bs}, {s.max_used_mib:.0f} MiB, "
+            + ("slope n/a" if s.slope_mib_per_bs is None else f"{s.slope_mib_per_bs:.3f} MiB/bs")
+            for s in c.ladders
+        ]
+    lines += [
+        "",
+        f"scenarios under-reserved: today {len(c.scenarios_under_today)}, with the fitted constants "
+        f"{len(c.scenarios_under_fitted)}, leave-one-out {len(c.scenarios_loo_under)}",
+    ]
+    lines += [f"  fitted, under: {r}" for r in c.scenarios_under_fitted]
+    lines += [f"  leave-one-out, under: {r}" for r in c.scenarios_loo_under]
+    lines += ["", "KV memory recovered with the fitted constants (negative: given up to stop under-reservation):"]
+    kv = [[k.mode, str(k.runs), f"{k.mib:,.0f}", f"{k.mean_mib:,.0f}", "—" if k.tokens is None else f"{k.tokens:,}",
+           str(k.runs_given_mfs)] for k in c.kv]  # fmt: skip
+    lines += ["  " + s for s in _table(["node type", "runs", "MiB total", "MiB/run", "KV tokens", "mfs given"], kv)]
+    lines += [f"note: {n}" for n in c.notes]
+    return "\n".join(lines)
+
+
+def run_calibrate(results: list[str], quantile: float = 1.0, margin_mib: float = 256.0, json_out: bool = False) -> int:
+    """The command: print the calibration (text, or the same as one JSON object)."""
+    cal = calibrate(results, quantile, margin_mib)
+    print(json.dumps(cal.as_dict(), indent=1) if json_out else render_text(cal))
+    return 0

@@ -1,0 +1,199 @@
+"""`memfrac gate` and `memfrac baseline`: the nightly hardware-CI verdict on a results directory.
+
+A gate fails when any run failed (OOM, crash, timeout, …), when any term is under-reserved on a GPU
+(measured > reserved: a worker that would OOM), or when a scenario's measured memory regressed against a
+baseline beyond the threshold — reported in MiB and %. It passes with a summary otherwise. Host-memory
+runs (CPU smoke runs) are reported and never gated: they hold no GPU numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from profiler.errors import MemfracError
+from profiler.store import load_results
+
+BASELINE_VERSION = 1
+FAILED_VERDICTS = ("oom_during_capture", "oom_startup", "oom_runtime", "failed")
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    scenario: str
+    name: str
+    passed: bool
+    message: str = ""
+    skipped: bool = False
+
+
+def parse_pct(text: str | float) -> float:
+    """'5%' or '5' or 5.0 → 5.0 (percent)."""
+    try:
+        v = float(str(text).strip().rstrip("%"))
+    except ValueError:
+        raise MemfracError(f"--max-regression {text!r}: give a percentage like 5%") from None
+    if v < 0:
+        raise MemfracError(f"--max-regression {text!r}: must be ≥ 0")
+    return v
+
+
+def _num(x: Any) -> float | None:
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) or x is pd.NA else float(x)
+
+
+def _measured(df: pd.DataFrame) -> dict[str, dict[str, float]]:
+    """scenario → term → measured MiB (rows where something was measured)."""
+    out: dict[str, dict[str, float]] = {}
+    for row in df.itertuples(index=False):
+        v = _num(row.measured_mib)
+        if v is None or row.memory_kind != "gpu":
+            continue
+        out.setdefault(str(row.scenario), {})[str(row.term)] = v
+    return out
+
+
+def write_baseline(results_dir: str | Path, out: str | Path) -> dict[str, Any]:
+    """Record every measured term of every GPU scenario as the reference for later gates."""
+    df = load_results(results_dir)
+    base = {
+        "version": BASELINE_VERSION,
+        "created_at": time.time(),
+        "source": str(results_dir),
+        "sglang_versions": sorted({str(v) for v in df["sglang_version"].dropna().unique()}),
+        "scenarios": _measured(df),
+    }
+    if not base["scenarios"]:
+        raise MemfracError(
+            f"{results_dir}: no GPU measurements to baseline (host smoke runs and logs without numbers do not count)"
+        )
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(base, indent=1, sort_keys=True))
+    return base
+
+
+def load_baseline(path: str | Path) -> dict[str, Any]:
+    try:
+        b = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise MemfracError(
+            f"baseline not found: {path} (write one with `memfrac baseline RESULTS --out {path}`)"
+        ) from None
+    except json.JSONDecodeError as e:
+        raise MemfracError(f"{path}: not a memfrac baseline ({e})") from None
+    if not isinstance(b, dict) or "scenarios" not in b:
+        raise MemfracError(f"{path}: not a memfrac baseline (no 'scenarios')")
+    if b.get("version", 1) > BASELINE_VERSION:
+        raise MemfracError(f"{path}: baseline version {b['version']} is newer than this memfrac")
+    return b
+
+
+def gate(
+    results_dir: str | Path,
+    baseline: str | Path | None = None,
+    max_regression_pct: float = 5.0,
+    min_regression_mib: float = 32.0,
+) -> list[Check]:
+    """Every check, passed or not (the caller decides the exit status from them)."""
+    df = load_results(results_dir)
+    checks: list[Check] = []
+    man_path = Path(results_dir) / "manifest.json"
+    if man_path.exists():
+        for key, run in json.loads(man_path.read_text()).get("runs", {}).items():
+            if run.get("status") == "error":
+                checks.append(Check(key, "run", False, f"could not run: {str(run.get('error'))[:300]}"))
+    for scen, g in df.groupby("scenario", sort=True):
+        first = g.iloc[0]
+        host = first["memory_kind"] != "gpu"
+        verdict = str(first["verdict"])
+        if verdict in FAILED_VERDICTS:
+            checks.append(Check(str(scen), "run", False, f"{verdict}: {first['reason']}"))
+        elif host:
+            checks.append(Check(str(scen), "run", True, "host-memory run (CPU): reported, not gated", skipped=True))
+            continue
+        else:
+            checks.append(Check(str(scen), "run", True, f"{verdict}: {first['reason']}"))
+        for row in g.itertuples(index=False):
+            if row.term_verdict == "under":
+                checks.append(
+                    Check(
+                        str(scen),
+                        f"term {row.term}",
+                        False,
+                        f"under-reserved: measured {_num(row.measured_mib):.0f} MiB > "
+                        f"reserved {_num(row.reserved_mib):.0f} MiB"
+                        f" ({row.observed_from})",
+                    )
+                )
+            elif row.term_verdict in ("fits", "over"):
+                checks.append(Check(str(scen), f"term {row.term}", True, f"{row.term_verdict}"))
+    if baseline is not None:
+        checks += _regressions(df, load_baseline(baseline), max_regression_pct, min_regression_mib)
+    return checks
+
+
+def _regressions(df: pd.DataFrame, base: dict[str, Any], pct: float, min_mib: float) -> list[Check]:
+    now = _measured(df)
+    out = []
+    for scen, terms in sorted(base["scenarios"].items()):
+        if scen not in now:
+            out.append(Check(scen, "regression", False, "missing from these results (the baseline measured it)"))
+            continue
+        for term, old in sorted(terms.items()):
+            new = now[scen].get(term)
+            if new is None:
+                continue
+            delta = new - old
+            rel = 100.0 * delta / old if old > 0 else (math.inf if delta > 0 else 0.0)
+            bad = delta > min_mib and rel > pct
+            msg = f"{old:.0f} → {new:.0f} MiB ({delta:+.0f} MiB, {rel:+.1f}%; limit {pct:g}% and {min_mib:g} MiB)"
+            out.append(Check(scen, f"regression {term}", not bad, msg))
+    return out
+
+
+def write_junit(checks: list[Check], path: str | Path) -> None:
+    """JUnit XML: one testcase per check, classname = scenario (what CI dashboards read)."""
+    suite = ET.Element(
+        "testsuite",
+        name="memfrac gate",
+        tests=str(len(checks)),
+        failures=str(sum(not c.passed for c in checks)),
+        skipped=str(sum(c.skipped for c in checks)),
+    )
+    for c in checks:
+        tc = ET.SubElement(suite, "testcase", classname=c.scenario, name=c.name)
+        if not c.passed:
+            ET.SubElement(tc, "failure", message=c.message[:500]).text = c.message
+        elif c.skipped:
+            ET.SubElement(tc, "skipped", message=c.message)
+        elif c.message:
+            ET.SubElement(tc, "system-out").text = c.message
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    ET.ElementTree(suite).write(path, encoding="utf-8", xml_declaration=True)
+
+
+def render(checks: list[Check]) -> str:
+    failed = [c for c in checks if not c.passed]
+    scen = {c.scenario for c in checks}
+    lines = [f"{'FAIL' if failed else 'PASS'}: {len(checks)} checks over {len(scen)} scenarios, {len(failed)} failed"]
+    for c in failed:
+        lines.append(f"  ✗ {c.scenario} · {c.name}: {c.message}")
+    skipped = sum(c.skipped for c in checks)
+    if skipped:
+        lines.append(f"  ({skipped} host-memory runs reported but not gated)")
+    return "\n".join(lines)
+
+
+def run_gate(results: str, baseline: str | None, max_regression: str, junit: str | None, min_mib: float = 32.0) -> int:
+    checks = gate(results, baseline, parse_pct(max_regression), min_mib)
+    if junit:
+        write_junit(checks, junit)
+    print(render(checks))
+    return 1 if any(not c.passed for c in checks) else 0

@@ -1,0 +1,142 @@
+"""Sweep planning: which worker starts measure which scenarios, and how they pack onto GPUs.
+
+One start measures everything it can: the decode capture ladder of a single start yields the memory of
+every batch size, so scenarios that differ only in the decode graph's `max_bs` share one run, started with
+the largest max_bs. Each run needs tp × pp GPUs, times dp when DP attention is off (attention DP lives
+inside the TP group); runs are packed first-fit onto the GPUs given.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from profiler.errors import MemfracError
+from profiler.heuristic import Reservation, inputs_from_scenario, reserve, rules_for
+from profiler.scenario import Scenario, scenario_dict
+
+
+@dataclass(frozen=True)
+class RunGroup:
+    """One worker start: the scenario it launches and every scenario it measures."""
+
+    key: str  # stable across invocations: the name of the launched scenario (for --resume)
+    launch: Scenario
+    members: tuple[Scenario, ...]
+
+    @property
+    def gpus_needed(self) -> int:
+        return self.launch.gpus_needed
+
+    @property
+    def derived(self) -> tuple[Scenario, ...]:
+        """Members measured from the launched run's ladder rather than started themselves."""
+        return tuple(s for s in self.members if s.name != self.launch.name)
+
+
+@dataclass
+class Plan:
+    scenarios: list[Scenario]
+    runs: list[RunGroup]
+    gpus: list[int]
+    reservations: dict[str, Reservation] = field(default_factory=dict)
+    unplaceable: list[tuple[RunGroup, str]] = field(default_factory=list)
+
+    @property
+    def starts_saved(self) -> int:
+        return len(self.scenarios) - len(self.runs)
+
+
+def _group_key(s: Scenario) -> tuple[Any, ...]:
+    """Everything that changes what a worker does, except the decode graph's max_bs (the ladder covers it)."""
+    d = scenario_dict(s)
+    for k in ("name", "matrix", "source"):
+        d.pop(k)
+    d["decode_graph"] = {**d["decode_graph"], "max_bs": None}
+    return tuple(sorted((k, repr(v)) for k, v in d.items()))
+
+
+def group_scenarios(scenarios: list[Scenario], effective_max_bs: dict[str, int] | None = None) -> list[RunGroup]:
+    """Scenarios that differ only in decode max_bs (no explicit bs list) share one start: the largest.
+
+    `effective_max_bs` gives each scenario's decode max_bs after sglang's defaults (a left-out max_bs
+    resolves per GPU size); the group launches the member whose ladder covers all the others.
+    """
+    eff = effective_max_bs or {}
+    groups: dict[tuple[Any, ...], list[Scenario]] = {}
+    order: list[tuple[Any, ...]] = []
+    for s in scenarios:
+        k = _group_key(s) if s.decode_graph.bs is None else (("solo", s.name),)
+        if k not in groups:
+            groups[k] = []
+            order.append(k)
+        groups[k].append(s)
+    runs = []
+    for k in order:
+        members = groups[k]
+        launch = max(members, key=lambda m: eff.get(m.name, m.decode_graph.max_bs or 0))
+        runs.append(RunGroup(launch.name, launch, tuple(members)))
+    return runs
+
+
+def assign_gpus(
+    runs: list[RunGroup], gpus: list[int]
+) -> tuple[list[tuple[RunGroup, list[int]]], list[tuple[RunGroup, str]]]:
+    """A first-fit packing as the executor would do it when all runs take equally long (for the dry run)."""
+    placed: list[tuple[RunGroup, list[int]]] = []
+    bad: list[tuple[RunGroup, str]] = []
+    for r in runs:
+        if r.gpus_needed > len(gpus):
+            bad.append((r, f"needs {r.gpus_needed} GPUs; {len(gpus)} given (--gpus)"))
+            continue
+        placed.append((r, []))
+    # waves: fill the GPUs, then the next wave
+    free = list(gpus)
+    for i, (r, _) in enumerate(placed):
+        if len(free) < r.gpus_needed:
+            free = list(gpus)
+        take, free = free[: r.gpus_needed], free[r.gpus_needed :]
+        placed[i] = (r, take)
+    return placed, bad
+
+
+def make_plan(scenarios: list[Scenario], gpus: list[int], release: str = "0.5.23") -> Plan:
+    if not scenarios:
+        raise MemfracError("no scenarios to sweep")
+    rules = rules_for(release)
+    res = {s.name: reserve(inputs_from_scenario(s), rules) for s in scenarios}
+    runs = group_scenarios(scenarios, {n: r.resolved.decode_max_bs for n, r in res.items()})
+    _, bad = assign_gpus(runs, gpus)
+    return Plan(scenarios, runs, gpus, res, bad)
+
+
+def _gib(x: float) -> str:
+    return f"{x / 1024:.2f}"
+
+
+def render_plan(plan: Plan, *, per_term: bool = True) -> str:
+    """What --dry-run prints: runs, GPUs each needs, starts saved, the heuristic's reservation per scenario."""
+    placed, bad = assign_gpus(plan.runs, plan.gpus)
+    lines = [
+        f"{len(plan.scenarios)} scenarios → {len(plan.runs)} worker starts "
+        f"({plan.starts_saved} saved by sharing decode-graph ladders) on GPUs {plan.gpus or '[none]'}"
+    ]
+    for r, gpus in placed:
+        shared = f" (+ {len(r.members) - 1} measured from its ladder)" if len(r.members) > 1 else ""
+        lines.append(f"  run {r.key}: {r.gpus_needed} GPU(s) {gpus}{shared}")
+    for r, why in bad:
+        lines.append(f"  run {r.key}: NOT RUNNABLE: {why}")
+    lines.append(
+        "heuristic reservation per scenario (sglang rules " + next(iter(plan.reservations.values())).rules + "):"
+    )
+    head = f"  {'scenario':<44} {'mode':<8} {'mfs':>7} {'reserved GiB':>12}  flags"
+    lines.append(head)
+    for s in plan.scenarios:
+        r = plan.reservations[s.name]
+        lines.append(
+            f"  {s.name:<44} {s.mode:<8} {r.mem_fraction_static:>7.3f} {_gib(r.reserved_mib):>12}  {','.join(r.flags)}"
+        )
+        if per_term:
+            on = [f"{t.name} {_gib(t.mib)}" for t in r.terms if t.on and t.mib]
+            lines.append(f"      {' · '.join(on)}")
+    return "\n".join(lines)

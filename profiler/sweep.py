@@ -1,0 +1,305 @@
+"""`memfrac sweep`: plan a scenario file, run it on GPUs (or a Ray cluster), store, summarise.
+
+On a machine without CUDA nothing is measured on a GPU, and the sweep says so in one line, then runs
+what can run honestly: the plan with the heuristic per term for every scenario, one real CPU sglang
+worker as a pipeline smoke run (host memory, labelled as such), the bundled real logs ingested as
+evidence, and the report.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from profiler.compare import Comparison, compare, derive_variant, reservation_for
+from profiler.errors import MemfracError
+from profiler.executors import Job, JobResult, LocalExecutor, RayExecutor
+from profiler.gpus import gpu_from_mib
+from profiler.plan import Plan, RunGroup, make_plan, render_plan
+from profiler.runner.worker import cuda_machine
+from profiler.scenario import Scenario, load_scenarios
+from profiler.store import RunContext, Store
+
+ROOT = Path(__file__).resolve().parent.parent
+CPU_SMOKE = ROOT / "scenarios" / "cpu-smoke-decode.toml"
+BUNDLED_LOGS = ROOT / "tests" / "fixtures" / "logs"
+Say = Callable[[str], None]
+
+
+def parse_budget(text: str | None) -> float | None:
+    """'2h', '90m', '45s', '1h30m' → seconds."""
+    if text is None:
+        return None
+    m = re.fullmatch(r"\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s)?\s*", text)
+    if not m or not any(m.groups()):
+        raise MemfracError(f"--budget {text!r}: give a duration like 2h, 90m, 45s or 1h30m")
+    h, mi, s = (float(x) if x else 0.0 for x in m.groups())
+    return h * 3600 + mi * 60 + s
+
+
+def node_gpu_mib() -> float | None:
+    """memory.total of this node's first GPU (what the heuristic sees here), from nvidia-smi."""
+    import subprocess
+
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        vals = [float(x) for x in out.stdout.split()]
+        return min(vals) if vals else None
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return None
+
+
+def context_for(s: Scenario, res_decode_max_bs: int | None, chunk: int | None) -> RunContext:
+    shape = s.shape
+    return RunContext(
+        group="",
+        moe_a2a_backend=s.moe_a2a_backend,
+        decode_max_bs=res_decode_max_bs,
+        chunked_prefill_size=chunk,
+        deepep_tokens=(s.deepep_dispatch_tokens or 128) if s.moe_a2a_backend == "deepep" else None,
+        hidden_size=shape.hidden_size,
+        num_experts=shape.num_experts or None,
+    )
+
+
+def deepep_analytic_mib(s: Scenario) -> float | None:
+    """The analytic DeepEP buffer size per GPU for a DeepEP scenario (None otherwise)."""
+    if s.moe_a2a_backend != "deepep":
+        return None
+    from profiler.deepep import DeepEPInputs, analytic_sizes
+
+    sh = s.shape
+    try:
+        sizes = analytic_sizes(
+            DeepEPInputs(
+                hidden=sh.hidden_size,
+                num_experts=sh.num_experts,
+                tokens_per_rank=s.deepep_dispatch_tokens or 128,
+                num_ranks=max(s.ep, s.tp),
+                mode=s.deepep_mode,
+            )  # type: ignore[arg-type]
+        )
+    except ValueError:
+        return None
+    return sizes.total_bytes / 2**20
+
+
+@dataclass
+class SweepSummary:
+    rows: list[tuple[str, str, str, str]] = field(default_factory=list)  # scenario, status, verdict, detail
+    failed: int = 0
+    not_run: int = 0
+
+    def render(self) -> str:
+        if not self.rows:
+            return "nothing ran"
+        w = max(len(r[0]) for r in self.rows)
+        lines = [f"{'scenario':<{w}}  {'status':<8}  {'verdict':<18}  detail"]
+        lines += [f"{a:<{w}}  {b:<8}  {c:<18}  {d}" for a, b, c, d in self.rows]
+        return "\n".join(lines)
+
+
+def record(store: Store, plan: Plan, r: JobResult, summary: SweepSummary) -> None:
+    """Compare the launched scenario and every member measured from its ladder; store them atomically."""
+    g: RunGroup = r.job.group
+    if r.result is None:
+        summary.failed += len(g.members)
+        for s in g.members:
+            summary.rows.append((s.name, "error", "—", (r.error or "")[:120]))
+        store.add([], run_key=g.key, status="error", extra={"error": r.error})
+        return
+    m = r.result.measurement
+    res, notes = reservation_for(m, g.launch)
+    m.notes.extend(notes)
+    c = compare(m, res, deepep_analytic_mib=deepep_analytic_mib(g.launch))
+    items: list[tuple[object, Comparison, RunContext]] = []
+    rv = plan.reservations[g.launch.name].resolved
+    ctx = context_for(g.launch, rv.decode_max_bs, rv.chunked_prefill_size)
+    items.append((m, c, replace(ctx, group=g.key)))
+    for s in g.derived:
+        res_s = plan.reservations[s.name]
+        if res is not None:
+            from profiler.heuristic import inputs_from_scenario, reserve
+
+            res_s = reserve(inputs_from_scenario(s), res.rule_set)
+        cv = derive_variant(c, res_s, s.name, res_s.resolved.decode_max_bs)
+        mv = _variant_measurement(m, s, cv)
+        ctx_s = context_for(s, res_s.resolved.decode_max_bs, res_s.resolved.chunked_prefill_size)
+        items.append((mv, cv, replace(ctx_s, group=g.key)))
+    store.add(items, run_key=g.key, status=r.result.status, extra={"out_dir": str(r.result.out_dir)})  # type: ignore[arg-type]
+    for mm, cc, _ in items:
+        detail = (
+            cc.reason
+            if r.result.status == "ok"
+            else f"{mm.failure.kind}: {mm.failure.message[:80]}"
+            if mm.failure
+            else ""
+        )
+        summary.rows.append((mm.scenario or mm.id, r.result.status, cc.verdict, detail[:110]))  # type: ignore[union-attr]
+    if r.result.status != "ok":
+        summary.failed += len(items)
+
+
+def _variant_measurement(m: object, s: Scenario, c: Comparison) -> object:
+    from profiler.measurement import Measurement
+
+    assert isinstance(m, Measurement)
+    v = Measurement(
+        id=c.measurement_id,
+        source=m.source,
+        memory_kind=m.memory_kind,
+        origin=m.origin,
+        scenario=s.name,
+        identity=m.identity,
+        args=m.args,
+        args_source=m.args_source,
+        mfs_origin="given" if s.mem_fraction_static is not None else "auto",
+        ranks=[],
+        failure=m.failure,
+        notes=[f"not started: derived from run {m.id}'s decode-graph ladder (max_bs {s.decode_graph.max_bs})"],
+    )
+    return v
+
+
+def _progress(say: Say, total: int, t0: float, slots: int) -> Callable[[JobResult, int], None]:
+    def tick(r: JobResult, done: int) -> None:
+        el = time.monotonic() - t0
+        eta = el / done * (total - done) if done else 0
+        status = r.result.status if r.result else "error"
+        say(
+            f"[{done}/{total}] {100 * done // total}% ETA {eta / 60:.0f} min — "
+            f"{r.job.group.key}: {status} ({r.elapsed_s:.0f} s)"
+        )
+
+    return tick
+
+
+def run_sweep(
+    path: str,
+    *,
+    gpus: list[int] | None = None,
+    executor: str = "local",
+    out: str | None = None,
+    resume: bool = False,
+    budget: str | None = None,
+    dry_run: bool = False,
+    ray_address: str | None = None,
+    device: str | None = None,
+    python: str | None = None,
+    parallel: int = 1,
+    say: Say = lambda m: print(m, file=sys.stderr, flush=True),
+    echo: Callable[[str], None] = print,
+) -> int:
+    """The command. Exit status 0 when every started run succeeded, 1 when some failed, 2 on bad input."""
+    scenarios = load_scenarios(path)
+    gpu_ids = gpus if gpus is not None else list(range(8))
+    plan = make_plan(scenarios, gpu_ids)
+    if dry_run:
+        echo(render_plan(plan))
+        return 0
+    out_dir = Path(out or f"results/sweeps/{Path(path).stem}")
+    if device is None:
+        if not cuda_machine():  # nothing to measure on a GPU here: the honest fallback
+            return _cpu_fallback(plan, path, out_dir, say, echo)
+        device = "cuda"
+    store = Store(out_dir)
+    store.init({"scenarios": path, "executor": executor, "device": device})
+    runs = plan.runs
+    skipped: list[tuple[RunGroup, str]] = []
+    if device == "cuda":
+        node = node_gpu_mib()
+        if node is not None:
+            here = gpu_from_mib(int(node))
+            keep = []
+            for g in runs:
+                if g.launch.gpu.total_mib != int(node):
+                    skipped.append(
+                        (
+                            g,
+                            f"targets {g.launch.gpu.name} ({g.launch.gpu.total_mib} MiB); "
+                            f"this node has {here.name} ({int(node)} MiB)",
+                        )
+                    )
+                else:
+                    keep.append(g)
+            runs = keep
+    if resume:
+        done_keys = store.finished()
+        before = len(runs)
+        runs = [g for g in runs if g.key not in done_keys]
+        say(f"resume: {before - len(runs)} run(s) already recorded in {out_dir}, {len(runs)} to go")
+    summary = SweepSummary()
+    for g, why in skipped:
+        summary.not_run += len(g.members)
+        summary.rows += [(s.name, "skipped", "—", why) for s in g.members]
+    jobs = [Job(g, store.raw_dir(g.key), device, python) for g in runs]
+    deadline = None if budget is None else time.monotonic() + (parse_budget(budget) or 0)
+    t0 = time.monotonic()
+    count = [0]
+    tick = _progress(say, max(1, len(jobs)), t0, 1)
+
+    def done(r: JobResult) -> None:
+        count[0] += 1
+        record(store, plan, r, summary)
+        tick(r, count[0])
+
+    say(
+        f"sweep: {len(jobs)} worker start(s) for {sum(len(g.members) for g in runs)} scenario(s) on {device}; "
+        f"results → {out_dir}"
+    )
+    if executor == "ray":
+        ex = RayExecutor(ray_address, device=device, num_gpus=len(gpu_ids) if not ray_address else None)
+        left = ex.run(jobs, done, deadline)
+    else:
+        left = LocalExecutor(gpu_ids, device, slots=parallel).run(jobs, done, deadline)
+    for j in left:
+        summary.not_run += len(j.group.members)
+        summary.rows += [(s.name, "not run", "—", "sweep budget exhausted") for s in j.group.members]
+    echo(summary.render())
+    echo(f"results: {out_dir} (memfrac report {out_dir}; memfrac gate {out_dir})")
+    return 1 if summary.failed else 0
+
+
+def _cpu_fallback(plan: Plan, path: str, out_dir: Path, say: Say, echo: Callable[[str], None]) -> int:
+    echo(
+        "no CUDA device here: measuring nothing on a GPU; running the CPU fallback — the plan with the heuristic "
+        "per term, one real CPU sglang worker as a pipeline smoke run, the bundled real logs, and the report"
+    )
+    echo(render_plan(plan))
+    store = Store(out_dir)
+    store.init({"scenarios": path, "executor": "local", "device": "cpu", "fallback": True})
+    smoke = load_scenarios(CPU_SMOKE)
+    smoke_plan = make_plan(smoke, [0])
+    summary = SweepSummary()
+
+    def done(r: JobResult) -> None:
+        record(store, smoke_plan, r, summary)
+        status = r.result.status if r.result else "error"
+        say(f"smoke run {r.job.group.key}: {status} ({r.elapsed_s:.0f} s)")
+
+    jobs = [Job(g, store.raw_dir(g.key), "cpu") for g in smoke_plan.runs]
+    LocalExecutor([], "cpu", slots=1).run(jobs, done)
+    from profiler.ingest import ingest
+
+    if BUNDLED_LOGS.is_dir():
+        batch = [(m, c, RunContext(group=m.id)) for m, c, notes in ingest([BUNDLED_LOGS], progress=False)]
+        store.add(batch, run_key="bundled-logs", extra={"runs": len(batch)})  # type: ignore[arg-type]
+        say(f"ingested {len(batch)} runs from the bundled real logs ({BUNDLED_LOGS})")
+    echo(summary.render())
+    try:
+        from profiler.report import run_report
+
+        run_report(str(out_dir), html=True)
+    except ImportError:
+        say("report: not available")
+    echo(f"results: {out_dir}")
+    return 1 if summary.failed else 0
