@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from profiler.deepep import analytic_sizes, inputs_from_model_config
 from profiler.errors import MemfracError
 from profiler.heuristic.record import SGLANG_TERM_SOURCE, TERM_NAMES
 from profiler.modelcfg import MLA_ARCHITECTURES
@@ -170,6 +171,19 @@ class LadderSlope:
 
 
 @dataclass(frozen=True, slots=True)
+class DeepEPExample:
+    """profiler.deepep's size of one model's DeepEP buffer, and the fitted reserve for it (when there is one)."""
+
+    model: str
+    hidden: int
+    experts: int
+    tokens: int
+    analytic_mib: float
+    heap_rounded_mib: float  # the RDMA buffer in NVSHMEM's 512 MiB granules
+    fitted_mib: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Calibration:
     """Everything `memfrac calibrate` prints (text) or dumps (--json)."""
 
@@ -184,6 +198,7 @@ class Calibration:
     scenarios_loo_under: tuple[str, ...]
     kv: tuple[KvRecovered, ...]
     ladders: tuple[LadderSlope, ...]
+    deepep_examples: tuple[DeepEPExample, ...] = ()
     notes: tuple[str, ...] = field(default=())
 
     def as_dict(self) -> dict[str, Any]:
@@ -609,6 +624,30 @@ def kv_recovered(df: pd.DataFrame, fits: dict[str, Fit]) -> tuple[KvRecovered, .
     )  # fmt: skip
 
 
+def deepep_examples(models_dir: Path, tokens: Sequence[int] = (128, 256), ranks: int = 8) -> list[DeepEPExample]:
+    """profiler.deepep sizes of every MoE model config under `models_dir`, per dispatch size T (mode auto)."""
+    out = []
+    for cfg_path in sorted(models_dir.glob("*/config.json")):
+        try:
+            cfg = json.loads(cfg_path.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        for t in tokens:
+            try:
+                s = analytic_sizes(inputs_from_model_config(cfg, tokens_per_rank=t, num_ranks=ranks, mode="auto"))
+            except ValueError:  # not an MoE model, or a shape DeepEP rejects
+                break
+            name = cfg_path.parent.name.replace("--", "/")
+            out.append(DeepEPExample(name, s.inputs.hidden, s.inputs.num_experts, t, s.analytic_mib, s.total_mib))
+    return out
+
+
+def bundled_models_dir() -> Path:
+    from profiler.scenario import BUNDLED_MODELS
+
+    return BUNDLED_MODELS
+
+
 # ---------------------------------------------------------------------------------------------------
 # The command
 # ---------------------------------------------------------------------------------------------------
@@ -638,7 +677,9 @@ def _unobservable(results: Sequence[TermResult], df: pd.DataFrame) -> tuple[tupl
     return tuple(out)
 
 
-def calibrate(results: Sequence[str], quantile_q: float = 1.0, margin_mib: float = 256.0) -> Calibration:
+def calibrate(
+    results: Sequence[str], quantile_q: float = 1.0, margin_mib: float = 256.0, models_dir: Path | None = None
+) -> Calibration:
     """Fit every constant the results can support and judge it against today's."""
     if not 0.0 <= quantile_q <= 1.0:
         raise MemfracError(f"--quantile {quantile_q}: must be between 0 and 1 (1 = the largest per-run ratio)")
@@ -655,12 +696,20 @@ def calibrate(results: Sequence[str], quantile_q: float = 1.0, margin_mib: float
 
     if not len(df):
         notes.append("the results hold no runs")
+    examples: tuple[DeepEPExample, ...] = ()
+    de = fits.get("deepep_a2a")
+    if de is not None and de.form == "deepep":
+        examples = tuple(
+            DeepEPExample(e.model, e.hidden, e.experts, e.tokens, e.analytic_mib, e.heap_rounded_mib,
+                          de.predict(Obs("", e.model, "", e.analytic_mib, 0.0, 0.0)))
+            for e in deepep_examples(models_dir or bundled_models_dir())
+        )  # fmt: skip
     return Calibration(
         results=tuple(str(r) for r in results), quantile=quantile_q, margin_mib=margin_mib,
         runs=int(df["run_id"].nunique()), terms=terms, unobservable=_unobservable(terms, df),
         scenarios_under_today=union("under_today"), scenarios_under_fitted=union("under_fitted"),
         scenarios_loo_under=union("loo_under"), kv=kv_recovered(df, fits), ladders=tuple(slopes.values()),
-        notes=tuple(notes),
+        deepep_examples=examples, notes=tuple(notes),
     )  # fmt: skip
 
 
@@ -731,6 +780,12 @@ def render_text(c: Calibration) -> str:
             + ("slope n/a" if s.slope_mib_per_bs is None else f"{s.slope_mib_per_bs:.3f} MiB/bs")
             for s in c.ladders
         ]
+    if c.deepep_examples:
+        lines += ["", "fitted DeepEP reserve for the bundled MoE models (8 ranks, mode auto) vs today's 2048 MiB:"]
+        lines += [
+            f"  {e.model} T={e.tokens}: analytic {e.analytic_mib:,.0f} MiB → fitted {e.fitted_mib or 0:,.0f} MiB"
+            for e in c.deepep_examples
+        ]
     lines += [
         "",
         f"scenarios under-reserved: today {len(c.scenarios_under_today)}, with the fitted constants "
@@ -740,8 +795,11 @@ def render_text(c: Calibration) -> str:
     lines += [f"  leave-one-out, under: {r}" for r in c.scenarios_loo_under]
     lines += ["", "KV memory recovered with the fitted constants (negative: given up to stop under-reservation):"]
     kv = [[k.mode, str(k.runs), f"{k.mib:,.0f}", f"{k.mean_mib:,.0f}", "—" if k.tokens is None else f"{k.tokens:,}",
-           str(k.runs_given_mfs)] for k in c.kv]  # fmt: skip
-    lines += ["  " + s for s in _table(["node type", "runs", "MiB total", "MiB/run", "KV tokens", "mfs given"], kv)]
+           str(k.runs_without_bytes_per_token), str(k.runs_given_mfs)] for k in c.kv]  # fmt: skip
+    head = ["node type", "runs", "MiB total", "MiB/run", "KV tokens", "runs w/o bytes/token", "mfs not heuristic's"]
+    lines += ["  " + s for s in _table(head, kv)]
+    if c.kv:
+        lines.append("  (tokens over the runs whose KV bytes per token are known; MiB over all counted runs)")
     lines += [f"note: {n}" for n in c.notes]
     return "\n".join(lines)
 

@@ -22,9 +22,9 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from profiler.calibrate import as_float, as_text, ladder_slopes, short_model
+from profiler.calibrate import as_float, as_text, bundled_models_dir, deepep_examples, ladder_slopes, short_model
 from profiler.compare import TIGHT_MIB
-from profiler.deepep import HEURISTIC_RESERVE_BYTES, MIB, analytic_sizes, inputs_from_model_config
+from profiler.deepep import HEURISTIC_RESERVE_BYTES, MIB
 from profiler.errors import MemfracError
 from profiler.store import load_ladder, load_results
 
@@ -76,7 +76,8 @@ class Section:
 
 
 def _md_cell(v: Any) -> str:
-    return str(v).replace("|", "\\|").replace("\n", " ")
+    """A table cell: pipes escaped, and '<' too, so text from a run id can never become markup."""
+    return str(v).replace("&", "&amp;").replace("<", "&lt;").replace("|", "\\|").replace("\n", " ")
 
 
 def md_table(df: pd.DataFrame) -> str:
@@ -295,31 +296,15 @@ def deepep_table(d: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def bundled_models_dir() -> Path:
-    from profiler.scenario import BUNDLED_MODELS
-
-    return BUNDLED_MODELS
-
-
-def analytic_examples(models_dir: Path, tokens: Sequence[int] = (128, 256), ranks: int = 8) -> pd.DataFrame:
-    """profiler.deepep sizes of every MoE model config under `models_dir`, per dispatch size T (mode auto)."""
-    rows = []
-    for cfg_path in sorted(models_dir.glob("*/config.json")):
-        try:
-            cfg = json.loads(cfg_path.read_text())
-        except (OSError, json.JSONDecodeError):
-            continue
-        for t in tokens:
-            try:
-                s = analytic_sizes(inputs_from_model_config(cfg, tokens_per_rank=t, num_ranks=ranks, mode="auto"))
-            except ValueError:  # not an MoE model, or a shape DeepEP rejects
-                break
-            rows.append({
-                "model": cfg_path.parent.name.replace("--", "/"), "hidden": s.inputs.hidden,
-                "experts": s.inputs.num_experts, "T": t, "analytic MiB": s.analytic_mib,
-                "with NVSHMEM 512 MiB granules MiB": s.total_mib, "sglang reserve MiB": DEEPEP_RESERVE_MIB,
-            })  # fmt: skip
-    return pd.DataFrame(rows)
+def analytic_table(models_dir: Path) -> pd.DataFrame:
+    """profiler.deepep sizes of the MoE model configs under `models_dir`, T = 128 and 256 (mode auto, 8 ranks)."""
+    return pd.DataFrame(
+        [
+            {"model": e.model, "hidden": e.hidden, "experts": e.experts, "T": e.tokens, "analytic MiB": e.analytic_mib,
+             "with NVSHMEM 512 MiB granules MiB": e.heap_rounded_mib, "sglang reserve MiB": DEEPEP_RESERVE_MIB}
+            for e in deepep_examples(models_dir)
+        ]
+    )  # fmt: skip
 
 
 def kv_table(t: pd.DataFrame) -> pd.DataFrame:
@@ -638,7 +623,7 @@ def ladder_section(ladder: pd.DataFrame, out: Path) -> Section:
 def deepep_section(df: pd.DataFrame, out: Path, models_dir: Path) -> Section:
     s = Section("DeepEP: measured vs analytic vs the 2 GiB reserve")
     d = deepep_measured(df)
-    ex = analytic_examples(models_dir)
+    ex = analytic_table(models_dir)
     if len(d):
         s.blocks += [
             Para("DeepEP buffer creation as the probe measured it (driver Δ), beside profiler.deepep's exact size."),
