@@ -278,7 +278,10 @@ def _add_deepep(sub: argparse._SubParsersAction) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="memfrac", description=__doc__.splitlines()[0] if __doc__ else None)
+    ap = argparse.ArgumentParser(
+        prog="memfrac",
+        description="Measure what SGLang reserves for non-KV GPU memory against what its workers really use.",
+    )
     ap.add_argument("--version", action="version", version=f"memfrac {__version__}")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_explain(sub)
