@@ -259,29 +259,18 @@ def _term_rows(
         "runtime peak above the post-startup baseline" if runtime else "no serving load observed",
     )
 
-    dg = _phase(r, "decode_graph")
-    d_meas = None if dg is None or dg.used_mib is None else dg.used_mib - _nested_deepep(r, "decode_graph")  # type: ignore[arg-type]
-    if on["dp_padding"]:
-        add(
-            "decode_graph+dp_padding",
-            mib["decode_graph"] + mib["dp_padding"],
-            d_meas,
-            "decode capture Δ (padding not separable)",
-        )
-    else:
-        add("decode_graph", mib["decode_graph"], d_meas, "decode capture Δ" if dg else "no decode capture seen")
-
-    pg = _phase(r, "prefill_graph")
-    p_meas = None if pg is None or pg.used_mib is None else pg.used_mib - _nested_deepep(r, "prefill_graph")  # type: ignore[arg-type]
-    if on["prefill_bcg_deepep"]:
-        add(
-            "prefill_graph+prefill_bcg_deepep",
-            mib["prefill_graph"] + mib["prefill_bcg_deepep"],
-            p_meas,
-            "prefill capture Δ (DeepEP first touch not separable)",
-        )
-    else:
-        add("prefill_graph", mib["prefill_graph"], p_meas, "prefill capture Δ" if pg else "no prefill capture seen")
+    for phase, extra, why in (
+        ("decode_graph", "dp_padding", "padding not separable"),
+        ("prefill_graph", "prefill_bcg_deepep", "DeepEP first touch not separable"),
+    ):
+        p = _phase(r, phase)
+        meas = None if p is None or p.used_mib is None else p.used_mib - _nested_deepep(r, phase)  # type: ignore[arg-type]
+        kind = phase.split("_")[0]
+        src = f"{kind} capture Δ" if p else f"no {kind} capture seen"
+        if on[extra]:  # only their sum is observable
+            add(f"{phase}+{extra}", mib[phase] + mib[extra], meas, f"{src} ({why})")
+        else:
+            add(phase, mib[phase], meas, src)
 
     de = _phase(r, "deepep_buffer")
     add(

@@ -67,12 +67,18 @@ class Snapshot:
     torch_peak_reserved_mib: float | None = None
     nvml_used_mib: float | None = None  # this process, per NVML
     rss_mib: float | None = None  # host resident set (CPU runs, or alongside GPU numbers)
+    rss_peak_mib: float | None = None  # host high-water mark (VmHWM) of the current peak window
+    device: int | None = None  # CUDA device index the reading is of
 
     @property
     def used_mib(self) -> float | None:
         if self.free_mib is None or self.total_mib is None:
             return None
         return self.total_mib - self.free_mib
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields that were read (None left out): what the probe writes per record."""
+        return {k: v for k, v in asdict(self).items() if v is not None}
 
 
 @dataclass(slots=True)

@@ -46,7 +46,8 @@ from pathlib import Path
 from typing import Any
 
 from profiler.errors import MemfracError
-from profiler.probe.snapshot import Probe, Snap
+from profiler.measurement import Snapshot
+from profiler.probe.snapshot import Probe
 
 MIB = 1 << 20
 REL_TOL = 0.05
@@ -195,7 +196,7 @@ def failed(name: str, note: str) -> Check:
     return Check(name, 0.0, {}, {}, ABS_TOL_MIB, False, note)
 
 
-def deltas(before: Snap, after: Snap) -> dict[str, float | None]:
+def deltas(before: Snapshot, after: Snapshot) -> dict[str, float | None]:
     """Per-layer memory taken between two snapshots, MiB (negative: given back). driver = free before − free
     after; non-torch = driver − torch reserved; NVML = this process's NVML usage after − before."""
 
@@ -450,7 +451,7 @@ def _settle(torch: Any) -> None:
     torch.cuda.synchronize()
 
 
-def _snap(torch: Any, probe: Probe) -> Snap:
+def _snap(torch: Any, probe: Probe) -> Snapshot:
     torch.cuda.synchronize()
     return probe.snapshot()
 

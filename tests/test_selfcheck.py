@@ -11,7 +11,7 @@ import pytest
 
 from profiler import selfcheck as sc
 from profiler.errors import MemfracError
-from profiler.probe.snapshot import Snap
+from profiler.measurement import Snapshot
 
 
 def _no_cuda(monkeypatch):
@@ -110,7 +110,7 @@ def test_judge_extra_condition_and_nvml_note():
 
 
 def test_deltas_from_hand_written_snaps():
-    before = Snap(
+    before = Snapshot(
         kind="gpu",
         t=0.0,
         free_mib=80_000.0,
@@ -120,7 +120,7 @@ def test_deltas_from_hand_written_snaps():
         torch_peak_allocated_mib=150.0,
         nvml_used_mib=1_000.0,
     )
-    after = Snap(
+    after = Snapshot(
         kind="gpu",
         t=1.0,
         free_mib=79_232.0,  # 768 MiB taken
@@ -139,7 +139,7 @@ def test_deltas_from_hand_written_snaps():
         "non_torch": 256.0,
         "nvml": 768.0,
     }
-    host = Snap(kind="host", t=0.0, rss_mib=10.0)
+    host = Snapshot(kind="host", t=0.0, rss_mib=10.0)
     assert sc.deltas(host, host) == dict.fromkeys(d)  # no device layer: every reading None
     assert sc.deltas(before, after.__class__(**{**after.as_dict(), "nvml_used_mib": None}))["nvml"] is None
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Callable
 from functools import lru_cache
 from typing import Any, NamedTuple
 
@@ -35,40 +36,40 @@ class ServerArgsRepr(NamedTuple):
 def parse_server_args(text: str) -> ServerArgsRepr | None:
     """Read the ServerArgs repr (or dict) in `text`; None if there is none. Cached: treat it as read-only."""
     start = text.find("ServerArgs(")
+    if start >= 0:
+        return _fields(text, start + len("ServerArgs("), ")", _repr_key)
+    start = text.find("server_args={")
     if start < 0:
-        d = text.find("server_args={")
-        return None if d < 0 else _parse_dict(text, d + len("server_args={"))
-    pos = start + len("ServerArgs(")
-    args: dict[str, Any] = {}
-    n = len(text)
-    while True:
-        while pos < n and text[pos] in " ,\t":
-            pos += 1
-        if pos >= n:
-            return ServerArgsRepr(args, False, None)
-        if text[pos] == ")":
-            return ServerArgsRepr(args, True, None)
-        m = _KEY.match(text, pos)
-        if m is None:
-            return ServerArgsRepr(args, False, text[pos : pos + 40].strip())
-        key = m.group(1)
-        end = _value_end(text, m.end())
-        if end is None:
-            return ServerArgsRepr(args, False, key)
-        args[key] = literal(text[m.end() : end].strip())
-        pos = end
-
-
-def _parse_dict(text: str, pos: int) -> ServerArgsRepr:
-    """`{'key': value, …}` from `pos` (just past the brace): the whole literal if it reads, else field by field."""
+        return None
+    pos = start + len("server_args={")
     whole = _value_end(text, pos, closers=",}")
-    if whole is not None and text[whole : whole + 1] == "}":
+    if whole is not None and text[whole : whole + 1] == "}":  # complete: read it as one literal
         try:
             d = ast.literal_eval("{" + text[pos : whole + 1])
             if isinstance(d, dict):
                 return ServerArgsRepr({str(k): v for k, v in d.items()}, True, None)
         except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
             pass
+    return _fields(text, pos, "}", _dict_key)
+
+
+def _repr_key(text: str, pos: int) -> tuple[str, int] | None:
+    """`name=` of a dataclass repr → (name, index of its value)."""
+    m = _KEY.match(text, pos)
+    return None if m is None else (m.group(1), m.end())
+
+
+def _dict_key(text: str, pos: int) -> tuple[str, int] | None:
+    """`'name':` of a dict → (name, index of its value)."""
+    if text[pos] not in "'\"":
+        return None
+    kend = _string_end(text, pos)
+    colon = text.find(":", kend) if kend >= 0 else -1
+    return None if colon < 0 else (text[pos + 1 : kend - 1], colon + 1)
+
+
+def _fields(text: str, pos: int, close: str, read_key: Callable[[str, int], tuple[str, int] | None]) -> ServerArgsRepr:
+    """Field by field up to `close`; a cut-off text keeps the fields read so far and says where it stopped."""
     args: dict[str, Any] = {}
     n = len(text)
     while True:
@@ -76,21 +77,16 @@ def _parse_dict(text: str, pos: int) -> ServerArgsRepr:
             pos += 1
         if pos >= n:
             return ServerArgsRepr(args, False, None)
-        if text[pos] == "}":
+        if text[pos] == close:
             return ServerArgsRepr(args, True, None)
-        if text[pos] not in "'\"":
+        k = read_key(text, pos)
+        if k is None:
             return ServerArgsRepr(args, False, text[pos : pos + 40].strip())
-        kend = _string_end(text, pos)
-        if kend < 0:
-            return ServerArgsRepr(args, False, text[pos : pos + 40].strip())
-        key = text[pos + 1 : kend - 1]
-        colon = text.find(":", kend)
-        if colon < 0:
-            return ServerArgsRepr(args, False, key)
-        end = _value_end(text, colon + 1, closers=",}")
+        key, vstart = k
+        end = _value_end(text, vstart, closers="," + close)
         if end is None:
             return ServerArgsRepr(args, False, key)
-        args[key] = literal(text[colon + 1 : end].strip())
+        args[key] = literal(text[vstart:end].strip())
         pos = end
 
 

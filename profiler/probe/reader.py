@@ -8,7 +8,7 @@ the worker died.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -37,21 +37,18 @@ class ProbeRun:
         return None
 
 
+_SNAP_FIELDS = frozenset(f.name for f in fields(Snapshot))
+
+
 def _snap(d: dict[str, Any] | None, kind: str) -> Snapshot | None:
+    """A recorded reading; in a peak record the high-water RSS stands for the RSS (it is the peak)."""
     if not d:
         return None
-    return Snapshot(
-        kind="host" if kind == "host" else "gpu",
-        t=d.get("t"),
-        free_mib=d.get("free_mib"),
-        total_mib=d.get("total_mib"),
-        torch_allocated_mib=d.get("torch_allocated_mib"),
-        torch_reserved_mib=d.get("torch_reserved_mib"),
-        torch_peak_allocated_mib=d.get("torch_peak_allocated_mib"),
-        torch_peak_reserved_mib=d.get("torch_peak_reserved_mib"),
-        nvml_used_mib=d.get("nvml_used_mib"),
-        rss_mib=d.get("rss_peak_mib") if "rss_mib" not in d else d.get("rss_mib"),
-    )
+    kw = {k: v for k, v in d.items() if k in _SNAP_FIELDS}
+    kw["kind"] = "host" if kind == "host" else "gpu"
+    if "rss_mib" not in kw and kw.get("rss_peak_mib") is not None:
+        kw["rss_mib"] = kw["rss_peak_mib"]
+    return Snapshot(**kw)
 
 
 def rank_label(ranks: dict[str, int], sizes: dict[str, int]) -> str:

@@ -17,7 +17,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from profiler.probe.snapshot import Probe, Snap
+from profiler.measurement import Snapshot
+from profiler.probe.snapshot import Probe
 
 RECORD_VERSION = 1
 
@@ -27,14 +28,14 @@ class _Frame:
     phase: str
     seq: int
     t0: float
-    before: Snap
+    before: Snapshot
     peak_alloc: float = 0.0
     peak_reserved: float = 0.0
     peak_rss: float = 0.0
     min_free: float | None = None
     details: dict[str, Any] = field(default_factory=dict)
 
-    def absorb(self, s: Snap) -> None:
+    def absorb(self, s: Snapshot) -> None:
         """Fold a reading's peaks (and its free memory as a low-water mark) into this window."""
         self.peak_alloc = max(self.peak_alloc, s.torch_peak_allocated_mib or 0.0)
         self.peak_reserved = max(self.peak_reserved, s.torch_peak_reserved_mib or 0.0)
@@ -57,7 +58,7 @@ class Recorder:
         self._lock = threading.RLock()
         self.ranks: dict[str, int] = {}
         # runtime sampling state
-        self._rt_base: Snap | None = None
+        self._rt_base: Snapshot | None = None
         self._rt_peak: _Frame | None = None
         self._rt_last = 0.0
         self._rt_last_write = 0.0
@@ -65,7 +66,7 @@ class Recorder:
         self.sample_interval_s = float(os.environ.get("MEMFRAC_PROBE_SAMPLE_S", "0.05"))
         self.self_s = 0.0  # time spent inside the probe itself (reported: it must stay ≪ startup time)
         self._rt_dirty = False
-        self._rt_last_snap: Snap | None = None
+        self._rt_last_snap: Snapshot | None = None
         self._flusher: threading.Thread | None = None
 
     # ---- output -----------------------------------------------------------------------------------
@@ -216,7 +217,7 @@ class Recorder:
         self._flusher = threading.Thread(target=loop, name="memfrac-probe-flush", daemon=True)
         self._flusher.start()
 
-    def _write_runtime(self, last: Snap) -> None:
+    def _write_runtime(self, last: Snapshot) -> None:
         fr = self._rt_peak
         if fr is None or self._rt_base is None:
             return

@@ -17,31 +17,11 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import asdict, dataclass
 from typing import Any
 
+from profiler.measurement import Snapshot
+
 MIB = float(1 << 20)
-
-
-@dataclass(slots=True)
-class Snap:
-    """One reading. Fields a layer cannot give are None. JSON-ready via `as_dict`."""
-
-    kind: str  # "gpu" | "host"
-    t: float
-    free_mib: float | None = None
-    total_mib: float | None = None
-    torch_allocated_mib: float | None = None
-    torch_reserved_mib: float | None = None
-    torch_peak_allocated_mib: float | None = None
-    torch_peak_reserved_mib: float | None = None
-    nvml_used_mib: float | None = None
-    rss_mib: float | None = None
-    rss_peak_mib: float | None = None
-    device: int | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v is not None}
 
 
 def _read_status() -> tuple[float | None, float | None]:
@@ -98,9 +78,9 @@ class Probe:
         t = self._torch
         return "gpu" if t is not None and t.cuda.is_available() else "host"
 
-    def snapshot(self) -> Snap:
+    def snapshot(self) -> Snapshot:
         rss, hwm = _read_status()
-        s = Snap(kind=self.kind, t=time.time(), rss_mib=rss, rss_peak_mib=hwm)
+        s = Snapshot(kind="gpu" if self.kind == "gpu" else "host", t=time.time(), rss_mib=rss, rss_peak_mib=hwm)
         if not self.cuda:
             return s
         cuda = self._torch.cuda
