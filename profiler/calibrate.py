@@ -10,11 +10,12 @@ fitted constant drops straight into the same line of memory_hook.py):
 | prefill_graph | buckets = reserved ÷ 8 (non-MLA) | Q-quantile of measured ÷ x (MiB/bucket); MLA: flat + margin |
 | parallel | tp·pp = reserved ÷ 128 | Q-quantile of measured ÷ x (MiB per tp·pp) |
 | constant | — | Q-quantile of measured + margin |
-| deepep_a2a | analytic DeepEP MiB (T, hidden, experts) | analytic × (1 + overhead) + constant |
+| deepep_a2a | deepep_analytic_mib (T, hidden, experts, ranks) | analytic × (1 + overhead) + constant |
 | floor_topup | runs the floor sized | Q-quantile of what the pre-floor terms had to cover + margin |
 
 Q = 1 takes the largest per-run ratio, so no run the constant was fitted on is under-reserved by it; leave-one-out
-(fit without run i, test on run i) says how well it carries to a run it has not seen. The margin is added only
+(fit without run i's worker start, test on run i) says how well it carries to a run it has not seen. Scenarios a
+sweep estimated from another start's ladder are not evidence and stay out of the fits. The margin is added only
 where a constant is absolute MiB (a per-unit slope already scales with its run). The decode-graph constant
 becomes MiB per bs per unit of hidden size when every run knows its hidden size and there are at least two.
 """
@@ -73,7 +74,7 @@ _SPEC_ROWS = (
     ("prefill_graph_mla", "prefill_graph", 1536.0, "", "1 (absolute MiB)", "a prefill capture of an MLA model"),
     ("floor_topup", "floor_topup", FLOOR_MIB, "", "1 (absolute MiB)",
      "healthy runs the 10 GiB floor sized (GPU > 60 GiB), with used-after-KV"),
-    ("deepep_a2a", "deepep_a2a", 2048.0, "", "analytic DeepEP MiB (T, hidden, experts)",
+    ("deepep_a2a", "deepep_a2a", 2048.0, "", "deepep_analytic_mib (NVL + RDMA + workspace bytes)",
      "probe runs with DeepEP (buffer creation)"),
 )  # fmt: skip
 SPECS: dict[str, Spec] = {r[0]: Spec(*r) for r in _SPEC_ROWS}
@@ -92,6 +93,7 @@ class Obs:
     reserved: float  # today's reserve for this term in this run
     hidden: int | None = None
     unit_floor: float | None = None  # a per-unit rate the constant must also cover (decode ladder slope)
+    group: str = ""  # the worker start that measured it: leave-one-out leaves the whole start out
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,6 +287,18 @@ def ladder_slopes(ladder: pd.DataFrame) -> dict[str, LadderSlope]:
     return out
 
 
+def derived_runs(df: pd.DataFrame) -> set[str]:
+    """Scenarios a sweep did not start but estimated from another start's ladder (compare.derive_variant).
+
+    Their graph memory is an estimate and their other figures are copies of the start they came from, so
+    they are evidence of nothing new: the fits leave them out (KV recovered still counts them).
+    """
+    if "derived_from" not in df.columns:
+        return set()
+    est = df["derived_from"].notna() & (df["derived_from"].astype("string") != "")
+    return set(df.loc[est, "run_id"].astype(str))
+
+
 def _observable(df: pd.DataFrame, term: str) -> pd.DataFrame:
     """Rows where the term was on (reserved > 0), measured, and compared on GPU memory."""
     rows = df[(df["term"] == term) & df["term_verdict"].isin(["under", "fits", "over"])]
@@ -303,11 +317,13 @@ def _obs(row: pd.Series, x: float, measured: float | None = None, unit_floor: fl
         reserved=float(row["reserved_mib"]),
         hidden=int(hidden) if hidden else None,
         unit_floor=unit_floor,
+        group=as_text(row.get("group")) or str(row["run_id"]),
     )
 
 
 def observations(df: pd.DataFrame, slopes: dict[str, LadderSlope]) -> dict[str, list[Obs]]:
-    """The evidence for every fittable constant (see the module table)."""
+    """The evidence for every fittable constant (see the module table); derived scenarios left out."""
+    df = df[~df["run_id"].isin(derived_runs(df))]
     out: dict[str, list[Obs]] = {k: [] for k in SPECS}
     for key in ("activation", "parallel", "decode_graph"):
         for _, r in _observable(df, key).iterrows():
@@ -453,18 +469,18 @@ def _under(fit: Fit, o: Obs) -> bool:
 
 
 def leave_one_out(key: str, obs: Sequence[Obs], q: float, margin: float) -> tuple[int, tuple[str, ...]]:
-    """(runs tested, runs under-reserved) when each run is predicted by the fit on all the others."""
+    """(runs tested, runs under-reserved) when each worker start's runs are predicted by the fit on the others."""
     fitter = _FITTERS[key]
     if key == "deepep_a2a":
         obs = [o for o in obs if o.x > 0] or list(obs)
-    if len(obs) < 2:
+    groups = sorted({o.group for o in obs})
+    if len(groups) < 2:
         return 0, ()
     under = []
-    for i, o in enumerate(obs):
-        rest = [p for j, p in enumerate(obs) if j != i]
-        if _under(fitter(rest, q, margin), o):
-            under.append(o.run_id)
-    return len(obs), tuple(under)
+    for g in groups:
+        fit = fitter([o for o in obs if o.group != g], q, margin)
+        under += [o.run_id for o in obs if o.group == g and _under(fit, o)]
+    return len(obs), tuple(sorted(under))
 
 
 def _formula(spec: Spec, fit: Fit) -> str:
@@ -474,7 +490,7 @@ def _formula(spec: Spec, fit: Fit) -> str:
         return f"{fit.slope * 1024:.4g} MiB/{spec.unit} per 1024 of hidden size ({fit.slope:.4g} × bs × hidden)"
     if fit.form == "deepep":
         over = f"overhead {fit.slope - 1:+.1%}"
-        return f"analytic(T, hidden, experts) × {fit.slope:.4g} + {fit.constant:.0f} MiB ({over})"
+        return f"deepep_total(T, hidden, experts, ranks) × {fit.slope:.4g} + {fit.constant:.0f} MiB ({over})"
     return f"{fit.constant:.0f} MiB"
 
 
@@ -519,7 +535,7 @@ def evaluate_term(key: str, obs: Sequence[Obs], q: float, margin: float) -> Term
         obs = [o for o in obs if o.x > 0]
     tested, loo = leave_one_out(key, obs, q, margin)
     if tested == 0:
-        notes.append("one run: leave-one-out needs at least two")
+        notes.append("one worker start: leave-one-out needs at least two")
     return TermResult(
         key=key, term=spec.term, sglang_source=src, today=spec.today, unit=spec.unit, observations=tuple(obs),
         fit=fit, formula=_formula(spec, fit), form_note=_form_note(key, obs, fit), under_today=under_today,
@@ -597,8 +613,8 @@ def kv_recovered(df: pd.DataFrame, fits: dict[str, Fit]) -> tuple[KvRecovered, .
     acc: dict[str, dict[str, float]] = {}
     for _, t in df[df["term"] == "total"].iterrows():
         terms = by_run.get(str(t["run_id"]))
-        if terms is None:
-            continue
+        if terms is None or as_text(t.get("memory_kind"), "gpu") != "gpu":
+            continue  # no modelled reservation, or a CPU run (host memory has no KV fraction)
         mode = as_text(t.get("mode"), "unknown")
         a = acc.setdefault(mode, {"runs": 0, "given": 0, "mib": 0.0, "tokens": 0.0, "no_bpt": 0})
         if not heuristic_sized(t):
@@ -686,7 +702,13 @@ def calibrate(
     if margin_mib < 0 or not math.isfinite(margin_mib):
         raise MemfracError(f"--margin {margin_mib}: must be a finite number of MiB ≥ 0")
     df, ladder, notes = load_dirs(results)
-    slopes = ladder_slopes(ladder)
+    derived = derived_runs(df)
+    if derived:
+        notes.append(
+            f"{len(derived)} derived scenario(s) (estimated from another start's ladder) left out of the fits; "
+            "KV recovered counts them"
+        )
+    slopes = ladder_slopes(ladder[~ladder["run_id"].isin(derived)])
     obs = observations(df, slopes)
     terms = tuple(evaluate_term(k, obs[k], quantile_q, margin_mib) for k in SPECS)
     fits = {t.key: t.fit for t in terms if t.fit is not None}
@@ -701,7 +723,7 @@ def calibrate(
     if de is not None and de.form == "deepep":
         examples = tuple(
             DeepEPExample(e.model, e.hidden, e.experts, e.tokens, e.analytic_mib, e.heap_rounded_mib,
-                          de.predict(Obs("", e.model, "", e.analytic_mib, 0.0, 0.0)))
+                          de.predict(Obs("", e.model, "", e.heap_rounded_mib, 0.0, 0.0)))
             for e in deepep_examples(models_dir or bundled_models_dir())
         )  # fmt: skip
     return Calibration(
@@ -783,7 +805,7 @@ def render_text(c: Calibration) -> str:
     if c.deepep_examples:
         lines += ["", "fitted DeepEP reserve for the bundled MoE models (8 ranks, mode auto) vs today's 2048 MiB:"]
         lines += [
-            f"  {e.model} T={e.tokens}: analytic {e.analytic_mib:,.0f} MiB → fitted {e.fitted_mib or 0:,.0f} MiB"
+            f"  {e.model} T={e.tokens}: device total {e.heap_rounded_mib:,.0f} MiB → fitted {e.fitted_mib or 0:,.0f}"
             for e in c.deepep_examples
         ]
     lines += [

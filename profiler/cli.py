@@ -231,6 +231,36 @@ def _add_gate(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_cmd_baseline)
 
 
+def _cmd_report(a: argparse.Namespace) -> int:
+    from profiler.report import run_report
+
+    return run_report(a.results, html=a.html, out=a.out)
+
+
+def _cmd_calibrate(a: argparse.Namespace) -> int:
+    from profiler.calibrate import run_calibrate
+
+    return run_calibrate(a.results, quantile=a.quantile, margin_mib=a.margin, json_out=a.json)
+
+
+def _add_report(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("report", help="report.md (and --html) with tables and plots for a results directory")
+    p.add_argument("results")
+    p.add_argument("--html", action="store_true", help="also write report.html")
+    p.add_argument("--out", help="write the report elsewhere (default: into the results directory)")
+    p.set_defaults(func=_cmd_report)
+    p = sub.add_parser("calibrate", help="fit the constants behind each term, with LOO and KV recovered per node type")
+    p.add_argument("results", nargs="+", help="one or more results directories")
+    p.add_argument(
+        "--quantile", type=float, default=1.0, help="safety quantile of the per-run ratios (default 1.0 = max)"
+    )
+    p.add_argument(
+        "--margin", type=float, default=256.0, metavar="MIB", help="added to absolute constants (default 256)"
+    )
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_calibrate)
+
+
 def _add_run(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="start one real sglang worker for a scenario, load it, record its memory")
     p.add_argument("scenario_file")
@@ -290,6 +320,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_ingest(sub)
     _add_sweep(sub)
     _add_gate(sub)
+    _add_report(sub)
     return ap
 
 

@@ -266,7 +266,12 @@ def _term_rows(
         p = _phase(r, phase)
         meas = None if p is None or p.used_mib is None else p.used_mib - _nested_deepep(r, phase)  # type: ignore[arg-type]
         kind = phase.split("_")[0]
-        src = f"{kind} capture Δ" if p else f"no {kind} capture seen"
+        if p is None:
+            src = f"no {kind} capture seen"
+        elif meas is None:
+            src = f"{kind} capture seen, without memory numbers"
+        else:
+            src = f"{kind} capture Δ"
         if on[extra]:  # only their sum is observable
             add(f"{phase}+{extra}", mib[phase] + mib[extra], meas, f"{src} ({why})")
         else:
@@ -383,7 +388,8 @@ def compare(
         rules=res.rules if res is not None else None,
         mfs=mfs,
         mfs_origin=m.mfs_origin,
-        heuristic_fraction=res.heuristic_fraction if res is not None else None,
+        # with the GPU size unknown the rules fall back to a constant: that is no heuristic answer
+        heuristic_fraction=res.heuristic_fraction if res is not None and "gpu_mem_unknown" not in res.flags else None,
         gpu_total_mib=m.identity.gpu_total_mib,
         free_at_start_mib=start,
         slack_mib=slack,

@@ -97,6 +97,34 @@ def ingest(
         prog.done_files += f.stat().st_size
 
 
+def log_context(m: Measurement, c: Comparison) -> RunContext:
+    """What a log says about the scenario (resolved args), for the store's grouping and calibration columns."""
+    a = m.args
+
+    def num(*keys: str) -> int | None:
+        for k in keys:
+            v = a.get(k)
+            if isinstance(v, int | float) and not isinstance(v, bool):
+                return int(v)
+        return None
+
+    graph = a.get("cuda_graph_config")
+    dec = graph.get("decode", {}) if isinstance(graph, dict) else {}
+    max_bs = num("cuda_graph_max_bs_decode", "cuda_graph_max_bs")
+    if max_bs is None and isinstance(dec, dict) and isinstance(dec.get("max_bs"), int):
+        max_bs = dec["max_bs"]
+    a2a = a.get("moe_a2a_backend") or ("deepep" if a.get("enable_deepep_moe") else None)
+    return RunContext(
+        group=m.id,
+        moe_a2a_backend=str(a2a) if a2a else None,
+        decode_max_bs=max_bs,
+        chunked_prefill_size=num("chunked_prefill_size"),
+        deepep_tokens=None,
+        hidden_size=None,  # a log names the model, not its shapes
+        num_experts=None,
+    )
+
+
 def rows_for(m: Measurement, c: Comparison, per_rank: bool = False) -> list[IngestRow]:
     i = m.identity
     file, _, run = m.id.rpartition("#")
@@ -190,7 +218,7 @@ def run_ingest(
         m.notes.extend(n for n in notes if n not in m.notes)
         rows += rows_for(m, c, per_rank)
         if store is not None:
-            batch.append((m, c, RunContext(group=m.id)))
+            batch.append((m, c, log_context(m, c)))
     if store is not None:
         store.add(batch, run_key="ingest", extra={"runs": len(batch)})
         echo(render(rows, fmt if fmt != "parquet" else "table"))

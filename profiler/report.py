@@ -22,7 +22,15 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from profiler.calibrate import as_float, as_text, bundled_models_dir, deepep_examples, ladder_slopes, short_model
+from profiler.calibrate import (
+    as_float,
+    as_text,
+    bundled_models_dir,
+    deepep_examples,
+    derived_runs,
+    ladder_slopes,
+    short_model,
+)
 from profiler.compare import TIGHT_MIB
 from profiler.deepep import HEURISTIC_RESERVE_BYTES, MIB
 from profiler.errors import MemfracError
@@ -164,6 +172,8 @@ def frac(v: Any) -> str:
 
 
 def gpu_label(row: pd.Series) -> str:
+    if as_text(row.get("memory_kind")) == "host":
+        return "CPU run (host RSS)"
     name = as_text(row.get("gpu_name"))
     total = as_float(row.get("gpu_total_mib"))
     if name:
@@ -192,6 +202,11 @@ def _figure(height_in: float) -> Figure:
     fig = Figure(figsize=(WIDTH_IN, min(max(height_in, 3.0), MAX_HEIGHT_IN)), dpi=DPI, layout="constrained")
     FigureCanvasAgg(fig)
     return fig
+
+
+def _legend(fig: Figure, handles: list[Any]) -> None:
+    """Below the axes, never over the bars."""
+    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 3), fontsize=8, frameon=False)
 
 
 def _save(fig: Figure, path: Path) -> Path:
@@ -278,8 +293,7 @@ def ladder_table(ladder: pd.DataFrame) -> pd.DataFrame:
 
 
 def deepep_measured(df: pd.DataFrame) -> pd.DataFrame:
-    d = df[(df["term"] == "deepep_a2a") & (df["measured_mib"].notna() | df["deepep_analytic_mib"].notna())]
-    return d[d["measured_mib"].notna()]
+    return df[(df["term"] == "deepep_a2a") & df["measured_mib"].notna()]
 
 
 def deepep_table(d: pd.DataFrame) -> pd.DataFrame:
@@ -289,7 +303,7 @@ def deepep_table(d: pd.DataFrame) -> pd.DataFrame:
         rows.append({
             "run": str(r["run_id"]), "model": short_model(r), "dispatch tokens T": count(r.get("deepep_tokens")),
             "hidden": count(r.get("hidden_size")), "experts": count(r.get("num_experts")),
-            "reserved MiB": mib(r.get("reserved_mib")), "analytic MiB": mib(an), "measured MiB": mib(me),
+            "reserved MiB": mib(r.get("reserved_mib")), "analytic device total MiB": mib(an), "measured MiB": mib(me),
             "measured ÷ analytic": _DASH if not an or me is None else f"{me / an:.2f}",
             "verdict": as_text(r.get("term_verdict")),
         })  # fmt: skip
@@ -360,14 +374,16 @@ def plot_terms(obs: pd.DataFrame, path: Path) -> Path:
     ax.barh(y - 0.2, measured, height=0.38, color=[_COLOR["under"] if u else _COLOR["measured"] for u in under])
     for yi, m in zip(y, measured, strict=True):
         ax.text(m, yi - 0.2, f" {m:,.0f}", va="center", fontsize=7)
-    ax.set_yticks(y, [f"{short(str(r), 40)} · {t}" for r, t in zip(obs["run_id"], obs["term"], strict=True)],
-                  fontsize=8)  # fmt: skip
+    est = obs["observed_from"].fillna("").str.startswith("estimated from").to_numpy()
+    labels = [f"{short(str(r), 40)} · {t}" + (" (estimated)" if e else "")
+              for r, t, e in zip(obs["run_id"], obs["term"], est, strict=True)]  # fmt: skip
+    ax.set_yticks(y, labels, fontsize=8)
     ax.set_xlabel("MiB")
     ax.set_title("Reserved vs measured, per run and term")
-    handles = [Patch(color=_COLOR["reserved"], label="reserved by the heuristic"),
-               Patch(color=_COLOR["measured"], label="measured, within the reserve"),
-               Patch(color=_COLOR["under"], label="measured, under-reserved")]  # fmt: skip
-    ax.legend(handles=handles, loc="lower right", fontsize=8)
+    handles = [Patch(color=_COLOR["reserved"], label="reserved by the heuristic")]
+    handles += [Patch(color=_COLOR["measured"], label="measured, within the reserve")] if not under.all() else []
+    handles += [Patch(color=_COLOR["under"], label="measured, under-reserved")] if under.any() else []
+    _legend(fig, handles)
     ax.grid(axis="x", alpha=0.3)
     return _save(fig, path)
 
@@ -400,18 +416,18 @@ def plot_deepep_measured(d: pd.DataFrame, path: Path) -> Path:
     measured = d["measured_mib"].astype(float).to_numpy()
     over = measured > d["reserved_mib"].astype(float).to_numpy()
     ax.barh(y + 0.27, d["reserved_mib"].astype(float), height=0.26, color=_COLOR["reserved"])
-    ax.barh(y, analytic, height=0.26, color=_COLOR["analytic"])
+    ax.barh(y, analytic, height=0.26, color=_COLOR["analytic"])  # the store's deepep_analytic_mib
     ax.barh(y - 0.27, measured, height=0.26, color=[_COLOR["under"] if o else _COLOR["measured"] for o in over])
     ax.axvline(DEEPEP_RESERVE_MIB, color="k", ls="--", lw=1)
     ax.set_yticks(y, labels, fontsize=8)
     ax.set_xlabel("MiB per GPU")
     ax.set_title("DeepEP buffers: measured vs analytic vs the 2 GiB reserve")
     handles = [Patch(color=_COLOR["reserved"], label="reserved"),
-               Patch(color=_COLOR["analytic"], label="analytic (profiler.deepep)"),
-               Patch(color=_COLOR["measured"], label="measured"),
-               Patch(color=_COLOR["under"], label="measured, above the reserve"),
-               Line2D([], [], color="k", ls="--", lw=1, label="sglang's 2 GiB")]  # fmt: skip
-    ax.legend(handles=handles, fontsize=8, loc="lower right")
+               Patch(color=_COLOR["analytic"], label="analytic device total (profiler.deepep)")]  # fmt: skip
+    handles += [Patch(color=_COLOR["measured"], label="measured")] if not over.all() else []
+    handles += [Patch(color=_COLOR["under"], label="measured, above the reserve")] if over.any() else []
+    handles.append(Line2D([], [], color="k", ls="--", lw=1, label="sglang's 2 GiB"))
+    _legend(fig, handles)
     ax.grid(axis="x", alpha=0.3)
     return _save(fig, path)
 
@@ -430,10 +446,10 @@ def plot_deepep_analytic(ex: pd.DataFrame, path: Path) -> Path:
     ax.set_yticks(y, [f"{m} · T={t}" for m, t in zip(ex["model"], ex["T"], strict=True)], fontsize=8)
     ax.set_xlabel("MiB per GPU (8 ranks, mode auto)")
     ax.set_title("DeepEP buffers — analytic only (no DeepEP buffer measured in these results)")
-    handles = [Patch(color=_COLOR["analytic"], label="analytic size, within 2 GiB"),
-               Patch(color=_COLOR["under"], label="analytic size, above 2 GiB"),
-               Line2D([], [], color="k", ls="--", lw=1, label="sglang's 2 GiB reserve")]  # fmt: skip
-    ax.legend(handles=handles, fontsize=8, loc="lower right")
+    handles = [Patch(color=_COLOR["analytic"], label="analytic size, within 2 GiB")] if not over.all() else []
+    handles += [Patch(color=_COLOR["under"], label="analytic size, above 2 GiB")] if over.any() else []
+    handles.append(Line2D([], [], color="k", ls="--", lw=1, label="sglang's 2 GiB reserve"))
+    _legend(fig, handles)
     ax.grid(axis="x", alpha=0.3)
     return _save(fig, path)
 
@@ -463,7 +479,7 @@ def plot_kv(t: pd.DataFrame, path: Path) -> Path:
     ax.set_yticks(y, [f"{short(str(r), 40)} ({v})" for r, v in zip(t["run_id"], verdicts, strict=True)], fontsize=8)
     ax.set_xlabel("MiB free at the worst point after the KV pool")
     ax.set_title("OOM margin and KV cache left unused, per run")
-    ax.legend(handles=handles, fontsize=8, loc="lower right")
+    _legend(fig, handles)
     ax.grid(axis="x", alpha=0.3)
     return _save(fig, path)
 
@@ -482,7 +498,7 @@ def plot_startup(s: pd.DataFrame, path: Path) -> Path:
     ax.set_yticks(y, [short(str(r), 44) for r in s["run_id"]], fontsize=8)
     ax.set_xlabel("MiB")
     ax.set_title("Ingested logs: headroom at the end of startup vs the heuristic's slack")
-    ax.legend(fontsize=8, loc="lower right")
+    _legend(fig, ax.get_legend_handles_labels()[0])
     ax.grid(axis="x", alpha=0.3)
     return _save(fig, path)
 
@@ -543,11 +559,12 @@ def intro(df: pd.DataFrame, t: pd.DataFrame, env: dict[str, Any] | None) -> Sect
         ),
     ]
     if probes and env:
-        gpus = ", ".join(sorted({g.get("name", "?") for g in env.get("gpus", [])})) or "unknown"
+        names = ", ".join(sorted({g.get("name", "?") for g in env.get("gpus", [])}))
+        gpus = f"{env.get('gpu_count', 0)} GPU(s) ({names})" if names else "no GPU (CPU runs: host memory)"
         v = env.get("versions", {})
         s.blocks.append(
             Para(
-                f"Probe machine: {env.get('gpu_count', 0)} GPU(s) ({gpus}), driver {env.get('driver') or '?'}, "
+                f"Probe machine: {gpus}, driver {env.get('driver') or '?'}, "
                 f"CUDA {env.get('cuda') or '?'}, torch {v.get('torch') or '?'}, sglang {v.get('sglang') or '?'}, "
                 f"PYTORCH_CUDA_ALLOC_CONF {env.get('PYTORCH_CUDA_ALLOC_CONF') or 'unset'}."
             )
@@ -587,6 +604,13 @@ def terms_section(df: pd.DataFrame, out: Path) -> Section:
     if not len(obs):
         s.blocks.append(Note("No term was observable in these results: no plot drawn."))
         return s
+    if obs["observed_from"].fillna("").str.startswith("estimated from").any():
+        s.blocks.append(
+            Para(
+                "Rows measured as 'estimated from … ladder' belong to scenarios a sweep did not start: their decode "
+                "graph is estimated from another start's ladder (same model and role, smaller max_bs)."
+            )
+        )
     s.blocks.append(Table(term_table(obs)))
     img = plot_terms(obs, out / "report_terms.png")
     s.blocks.append(Image(img.name, "reserved vs measured per run and term"))
@@ -597,9 +621,11 @@ def terms_section(df: pd.DataFrame, out: Path) -> Section:
     return s
 
 
-def ladder_section(ladder: pd.DataFrame, out: Path) -> Section:
+def ladder_section(df: pd.DataFrame, ladder: pd.DataFrame, out: Path) -> Section:
     s = Section("Decode-graph memory vs batch size")
+    derived = derived_runs(df)
     lad = ladder.dropna(subset=["bs", "used_mib"])
+    lad = lad[~lad["run_id"].isin(derived)]
     if not len(lad):
         s.blocks.append(
             Note(
@@ -611,12 +637,16 @@ def ladder_section(ladder: pd.DataFrame, out: Path) -> Section:
         return s
     s.blocks += [
         Para(
-            "Memory used by the decode capture so far, right after each batch size (sglang captures the largest "
-            "first), against the heuristic's 2 MiB × bs. Slope: least-squares MiB per bs over the ladder."
+            "Memory used by the decode capture so far, right after each batch size, against the heuristic's "
+            "2 MiB × bs. sglang captures the largest size first, so the curve usually falls towards small sizes: "
+            "the first capture allocates the shared graph pool, each smaller one adds its own graph. Slope: "
+            "least-squares MiB per bs over the ladder."
         ),
         Table(ladder_table(lad)),
         Image(plot_ladder(lad, out / "report_ladder.png").name, "decode graph memory vs batch size"),
     ]
+    if derived:
+        s.blocks.append(Note(f"{len(derived)} derived scenario(s) share their start's ladder and are not drawn again."))
     return s
 
 
@@ -626,7 +656,10 @@ def deepep_section(df: pd.DataFrame, out: Path, models_dir: Path) -> Section:
     ex = analytic_table(models_dir)
     if len(d):
         s.blocks += [
-            Para("DeepEP buffer creation as the probe measured it (driver Δ), beside profiler.deepep's exact size."),
+            Para(
+                "DeepEP buffer creation as the probe measured it (driver Δ), beside profiler.deepep's size for the "
+                "run's shape: NVL buffer + metadata + workspace + the RDMA buffer in NVSHMEM's 512 MiB granules."
+            ),
             Table(deepep_table(d)),
             Image(plot_deepep_measured(d, out / "report_deepep.png").name, "DeepEP measured vs analytic"),
         ]
@@ -709,7 +742,7 @@ def build(results_dir: Path, out: Path, models_dir: Path | None = None) -> list[
         intro(df, t, env),
         runs_section(t),
         terms_section(df, out),
-        ladder_section(ladder, out),
+        ladder_section(df, ladder, out),
         deepep_section(df, out, models_dir or bundled_models_dir()),
         kv_section(t, out),
         startup_section(t, out),

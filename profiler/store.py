@@ -85,7 +85,9 @@ RESULT_COLUMNS: dict[str, str] = {
     "decode_max_bs": "Int64",
     "chunked_prefill_size": "Int64",
     "deepep_tokens": "Int64",
-    "deepep_analytic_mib": "float64",
+    "deepep_analytic_mib": "float64",  # DeepEP buffers as sized (NVL + RDMA + workspace), profiler.deepep
+    "deepep_device_mib": "float64",  # the same with RDMA rounded to NVSHMEM's 512 MiB heap granules
+    "derived_from": "string",  # set when a sweep did not start this scenario but estimated it from that run's ladder
     "hidden_size": "Int64",
     "num_experts": "Int64",
     "recorded_at": "float64",
@@ -115,6 +117,8 @@ class RunContext:
     deepep_tokens: int | None = None
     hidden_size: int | None = None
     num_experts: int | None = None
+    deepep_device_mib: float | None = None
+    derived_from: str | None = None
 
 
 def _atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -187,6 +191,8 @@ def result_rows(m: Measurement, c: Comparison, ctx: RunContext = RunContext()) -
         "chunked_prefill_size": ctx.chunked_prefill_size,
         "deepep_tokens": ctx.deepep_tokens,
         "deepep_analytic_mib": c.deepep_analytic_mib,
+        "deepep_device_mib": ctx.deepep_device_mib,
+        "derived_from": ctx.derived_from,
         "hidden_size": ctx.hidden_size,
         "num_experts": ctx.num_experts,
         "recorded_at": time.time(),

@@ -71,10 +71,10 @@ def context_for(s: Scenario, res_decode_max_bs: int | None, chunk: int | None) -
     )
 
 
-def deepep_analytic_mib(s: Scenario) -> float | None:
-    """The analytic DeepEP buffer size per GPU for a DeepEP scenario (None otherwise)."""
+def deepep_sizes_mib(s: Scenario) -> tuple[float | None, float | None]:
+    """(analytic buffers, device total with NVSHMEM heap rounding) per GPU for a DeepEP scenario."""
     if s.moe_a2a_backend != "deepep":
-        return None
+        return None, None
     from profiler.deepep import DeepEPInputs, analytic_sizes
 
     sh = s.shape
@@ -89,8 +89,8 @@ def deepep_analytic_mib(s: Scenario) -> float | None:
             )  # type: ignore[arg-type]
         )
     except ValueError:
-        return None
-    return sizes.total_bytes / 2**20
+        return None, None
+    return sizes.analytic_bytes / 2**20, sizes.total_bytes / 2**20
 
 
 @dataclass
@@ -120,11 +120,12 @@ def record(store: Store, plan: Plan, r: JobResult, summary: SweepSummary) -> Non
     m = r.result.measurement
     res, notes = reservation_for(m, g.launch)
     m.notes.extend(notes)
-    c = compare(m, res, deepep_analytic_mib=deepep_analytic_mib(g.launch))
+    analytic, device = deepep_sizes_mib(g.launch)
+    c = compare(m, res, deepep_analytic_mib=analytic)
     items: list[tuple[object, Comparison, RunContext]] = []
     rv = plan.reservations[g.launch.name].resolved
     ctx = context_for(g.launch, rv.decode_max_bs, rv.chunked_prefill_size)
-    items.append((m, c, replace(ctx, group=g.key)))
+    items.append((m, c, replace(ctx, group=g.key, deepep_device_mib=device)))
     for s in g.derived:
         res_s = plan.reservations[s.name]
         if res is not None:
@@ -134,7 +135,7 @@ def record(store: Store, plan: Plan, r: JobResult, summary: SweepSummary) -> Non
         cv = derive_variant(c, res_s, s.name, res_s.resolved.decode_max_bs)
         mv = _variant_measurement(m, s, cv)
         ctx_s = context_for(s, res_s.resolved.decode_max_bs, res_s.resolved.chunked_prefill_size)
-        items.append((mv, cv, replace(ctx_s, group=g.key)))
+        items.append((mv, cv, replace(ctx_s, group=g.key, deepep_device_mib=device, derived_from=m.id)))
     store.add(items, run_key=g.key, status=r.result.status, extra={"out_dir": str(r.result.out_dir)})  # type: ignore[arg-type]
     for mm, cc, _ in items:
         detail = (
@@ -288,10 +289,10 @@ def _cpu_fallback(plan: Plan, path: str, out_dir: Path, say: Say, echo: Callable
 
     jobs = [Job(g, store.raw_dir(g.key), "cpu") for g in smoke_plan.runs]
     LocalExecutor([], "cpu", slots=1).run(jobs, done)
-    from profiler.ingest import ingest
+    from profiler.ingest import ingest, log_context
 
     if BUNDLED_LOGS.is_dir():
-        batch = [(m, c, RunContext(group=m.id)) for m, c, notes in ingest([BUNDLED_LOGS], progress=False)]
+        batch = [(m, c, log_context(m, c)) for m, c, _ in ingest([BUNDLED_LOGS], progress=False)]
         store.add(batch, run_key="bundled-logs", extra={"runs": len(batch)})  # type: ignore[arg-type]
         say(f"ingested {len(batch)} runs from the bundled real logs ({BUNDLED_LOGS})")
     echo(summary.render())

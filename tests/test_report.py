@@ -1,0 +1,220 @@
+"""memfrac report: the document, its tables and its plots, on real ingested logs and on hand-built probe runs."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import matplotlib.image
+import pytest
+from PIL import Image as PILImage
+
+from profiler.compare import TermComparison
+from profiler.errors import MemfracError
+from profiler.ingest import run_ingest
+from profiler.report import DPI, MAX_HEIGHT_IN, SEVERITY, WIDTH_IN, run_report, write_report
+from profiler.store import RunContext, load_results
+from tests.conftest import FIXTURES
+from tests.fixtures.results.handmade import store_run, write_frame
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+SECTIONS = [
+    "## What sglang reserves, and what was measured",
+    "## Runs, worst first",
+    "## Reserved vs measured, per term",
+    "## Decode-graph memory vs batch size",
+    "## DeepEP: measured vs analytic vs the 2 GiB reserve",
+    "## KV cache left unused, or the OOM margin",
+    "## Ingested logs: headroom at the end of startup vs the heuristic's slack",
+]
+
+
+@pytest.fixture(scope="module")
+def ingested(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The 28 real public log fixtures, ingested into a results directory."""
+    out = tmp_path_factory.mktemp("ingested")
+    run_ingest([str(FIXTURES / "logs")], out=str(out), echo=lambda s: None)
+    return out
+
+
+def check_png(path: Path, height_in: float | None = None) -> tuple[int, int]:
+    """A real PNG, readable by PIL and matplotlib, 1000 px wide, of a bounded (or the expected) height."""
+    data = path.read_bytes()
+    assert data[:8] == PNG_SIGNATURE, path
+    assert len(data) > 5_000, path  # a blank 1000 px canvas compresses below this; a drawn plot does not
+    with PILImage.open(path) as im:
+        im.verify()
+    with PILImage.open(path) as im:
+        w, h = im.size
+    assert w == int(WIDTH_IN * DPI)
+    assert 3 * DPI <= h <= MAX_HEIGHT_IN * DPI
+    if height_in is not None:
+        assert h == round(min(max(height_in, 3.0), MAX_HEIGHT_IN) * DPI)
+    pixels = matplotlib.image.imread(path)
+    assert pixels.shape[:2] == (h, w)
+    assert pixels.std() > 0.01  # not one flat colour
+    return w, h
+
+
+def md_table_after(md: str, heading: str) -> list[list[str]]:
+    """The cells of the first pipe table under a heading (header row, rule row, body rows)."""
+    section = md.split(heading, 1)[1].split("\n## ", 1)[0].splitlines()
+    start = next(i for i, ln in enumerate(section) if ln.startswith("|"))
+    block = []
+    for ln in section[start:]:
+        if not ln.startswith("|"):
+            break
+        block.append([c.strip() for c in re.split(r"(?<!\\)\|", ln)[1:-1]])
+    return block
+
+
+# ------------------------------------------------------------------------------------------- real logs
+
+
+def test_report_on_ingested_logs(ingested: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    paths = write_report(ingested, html_out=True, out=out)
+    md = (out / "report.md").read_text()
+    # every section, in order
+    pos = [md.index(s) for s in SECTIONS]
+    assert pos == sorted(pos)
+    # observability said per source
+    assert "Ingested server logs" in md and "Probe runs" in md
+    assert "These results: 30 runs (30 from logs, 0 from probe runs)" in md
+    # logs have no ladder: said, and no plot
+    assert "No decode ladder in these results" in md
+    assert not (out / "report_ladder.png").exists()
+    # no DeepEP measured in logs: analytic sizes of the bundled models, labelled as such
+    assert "No DeepEP buffer was measured" in md and "DeepSeek-V3" in md
+    assert (out / "report_deepep.png").exists()
+    # every written image is a sane PNG; the term plot's height follows its bar count (6 observed rows here)
+    df = load_results(ingested)
+    n_obs = int(((df["term"] != "total") & df["term_verdict"].isin(["under", "fits", "over"])).sum())
+    check_png(out / "report_terms.png", 1.4 + 0.42 * n_obs)
+    pngs = sorted(out.glob("*.png"))
+    assert {p.name for p in pngs} == {"report_terms.png", "report_deepep.png", "report_kv.png", "report_startup.png"}
+    for p in pngs:
+        check_png(p)
+    assert sorted(paths) == sorted([out / "report.md", out / "report.html", *pngs])
+    # the HTML references exactly these images, relatively
+    page = (out / "report.html").read_text()
+    assert sorted(re.findall(r'<img src="([^"]+)"', page)) == [p.name for p in pngs]
+    assert page.count("<table") == md.count("\n|---")
+
+
+def test_run_table_is_worst_first(ingested: Path, tmp_path: Path) -> None:
+    write_report(ingested, out=tmp_path)
+    md = (tmp_path / "report.md").read_text()
+    rows = md_table_after(md, "## Runs, worst first")
+    head, body = rows[0], rows[2:]
+    verdicts = [r[head.index("verdict")] for r in body if len(r) == len(head)]
+    assert len(verdicts) == 30
+    ranks = [SEVERITY.index(v) for v in verdicts]
+    assert ranks == sorted(ranks)
+    assert verdicts[0] == "oom_during_capture"
+    for col in ("model", "GPU", "mode", "parallelism", "mfs (origin)", "slack MiB", "used after KV MiB",
+                "headroom MiB", "wasted KV tokens", "recommended mfs", "reason"):  # fmt: skip
+        assert col in head
+
+
+def test_startup_headroom_vs_slack_from_logs(ingested: Path, tmp_path: Path) -> None:
+    write_report(ingested, out=tmp_path)
+    md = (tmp_path / "report.md").read_text()
+    rows = md_table_after(md, "## Ingested logs: headroom")
+    head = rows[0]
+    df = load_results(ingested)
+    t = df[(df["term"] == "total") & df["slack_total_mib"].notna() & df["headroom_startup_mib"].notna()]
+    # each log with both numbers: headroom ÷ slack as printed, recomputed from the results
+    for _, r in t.iterrows():
+        row = next(x for x in rows if x[0] == r["run_id"])
+        assert row[head.index("headroom ÷ slack")] == f"{r['headroom_startup_mib'] / r['slack_total_mib']:.0%}"
+    check_png(tmp_path / "report_startup.png", 1.6 + 0.5 * len(t))
+
+
+# ------------------------------------------------------------------------------ hand-built probe runs
+
+
+def probe_results(root: Path) -> Path:
+    """Two probe runs through Store.add: one with a decode ladder and a DeepEP buffer, one with a hostile id."""
+    dg = TermComparison("decode_graph", 512.0, 700.0, "under", "decode capture Δ")
+    de = TermComparison("deepep_a2a", 2048.0, 3100.0, "under", "DeepEP buffer creation Δ (driver)")
+    ctx = RunContext(group="dsv3", decode_max_bs=256, deepep_tokens=128, hidden_size=7168, num_experts=256)
+    # ladder: (bs, cumulative MiB since the capture began), largest captured first
+    ladder = ((1, 700.0), (8, 640.0), (64, 520.0), (256, 400.0))
+    store_run(root, "dsv3-decode", [dg, de], model="deepseek-ai/DeepSeek-V3", ctx=ctx, ladder=ladder,
+              deepep_analytic_mib=2172.0, headroom_mib=3000.0, used_after_kv_mib=4000.0, verdict="ok")  # fmt: skip
+    act = TermComparison("activation", 3072.0, 1000.0, "over", "runtime peak above the post-startup baseline")
+    store_run(root, 'evil<b>|"run', [act], headroom_mib=600.0, verdict="tight", reason="600 MiB <free>")
+    return root
+
+
+def test_report_with_probe_runs(tmp_path: Path) -> None:
+    res = probe_results(tmp_path / "res")
+    write_report(res, html_out=True)  # default: into the results directory
+    md = (res / "report.md").read_text()
+    # ladder: table and plot; slope by hand: least squares over (1,700) (8,640) (64,520) (256,400)
+    assert "No decode ladder" not in md
+    lad = md_table_after(md, "## Decode-graph memory vs batch size")
+    assert lad[2][lad[0].index("sizes captured")] == "4"
+    assert lad[2][lad[0].index("largest bs")] == "256"
+    assert lad[2][lad[0].index("heuristic at largest bs MiB")] == "512"
+    check_png(res / "report_ladder.png", 6.0)
+    # DeepEP measured: 3100 ÷ 2172 = 1.43, T = 128, and no "analytic only" plot
+    de = md_table_after(md, "## DeepEP: measured vs analytic")
+    assert de[2][de[0].index("measured ÷ analytic")] == "1.43"
+    assert de[2][de[0].index("dispatch tokens T")] == "128"
+    assert "No DeepEP buffer was measured" not in md
+    check_png(res / "report_deepep.png", 1.6 + 0.6 * 1)
+    # two probe runs: the tight one first
+    runs = md_table_after(md, "## Runs, worst first")
+    assert [r[runs[0].index("verdict")] for r in runs[2:]] == ["tight", "ok"]
+    # escaping: the hostile run id and reason are text in both documents, never markup
+    page = (res / "report.html").read_text()
+    assert "evil<b>" not in page
+    assert "&lt;free&gt;" in page and 'evil&lt;b&gt;|"run' in page
+    assert "evil&lt;b>\\|" in md or "evil&lt;b&gt;\\|" in md
+    assert "evil<b>" not in md
+
+
+def test_run_report_prints_paths(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    res = probe_results(tmp_path / "res")
+    assert run_report(str(res)) == 0
+    printed = capsys.readouterr().out.split()
+    assert printed[0] == str(res / "report.md")
+    assert all(Path(p).is_file() for p in printed)
+    assert not (res / "report.html").exists()  # only with --html
+
+
+def test_stale_plot_is_removed(ingested: Path, tmp_path: Path) -> None:
+    """A ladder plot from an earlier report must not survive a report whose results have no ladder."""
+    res = tmp_path / "copy"
+    shutil.copytree(ingested, res)
+    (res / "report_ladder.png").write_bytes(PNG_SIGNATURE + b"stale")
+    write_report(res)
+    assert not (res / "report_ladder.png").exists()
+    assert "No decode ladder" in (res / "report.md").read_text()
+
+
+# ---------------------------------------------------------------------------------------- degenerate
+
+
+def test_empty_results(tmp_path: Path) -> None:
+    res = write_frame(tmp_path / "empty", [])
+    paths = write_report(res, html_out=True, models_dir=tmp_path / "no-models")
+    md = (res / "report.md").read_text()
+    assert "No runs in these results." in md
+    assert "No decode ladder" in md
+    assert "No MoE model config" in md
+    assert "No run has a free-memory reading" in md
+    assert "No ingested log" in md
+    assert not list(res.glob("*.png"))
+    assert sorted(p.name for p in paths) == ["report.html", "report.md"]
+
+
+def test_missing_or_bare_directory(tmp_path: Path) -> None:
+    with pytest.raises(MemfracError, match="no such results directory"):
+        write_report(tmp_path / "missing")
+    (tmp_path / "bare").mkdir()
+    with pytest.raises(MemfracError, match=r"no results\.parquet"):
+        write_report(tmp_path / "bare")
