@@ -209,6 +209,26 @@ def _legend(fig: Figure, handles: list[Any]) -> None:
     fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 3), fontsize=8, frameon=False)
 
 
+def _finish(fig: Figure, ax: Any, path: Path, xlabel: str, title: str, handles: list[Any]) -> Path:
+    """Label, legend, grid, save: the same tail for every horizontal-bar plot."""
+    ax.set_xlabel(xlabel)
+    ax.set_title(title)
+    _legend(fig, handles)
+    ax.grid(axis="x", alpha=0.3)
+    return _save(fig, path)
+
+
+def _split(flags: np.ndarray, within: str, above: str, within_color: str) -> list[Any]:
+    """Legend entries for bars coloured by whether they exceed a limit (only the kinds present)."""
+    out: list[Any] = [Patch(color=within_color, label=within)] if not flags.all() else []
+    return out + ([Patch(color=_COLOR["under"], label=above)] if flags.any() else [])
+
+
+def _reserve_line(ax: Any, label: str) -> Any:
+    ax.axvline(DEEPEP_RESERVE_MIB, color="k", ls="--", lw=1)
+    return Line2D([], [], color="k", ls="--", lw=1, label=label)
+
+
 def _save(fig: Figure, path: Path) -> Path:
     fig.savefig(path, dpi=DPI, format="png")
     return path
@@ -374,18 +394,13 @@ def plot_terms(obs: pd.DataFrame, path: Path) -> Path:
     ax.barh(y - 0.2, measured, height=0.38, color=[_COLOR["under"] if u else _COLOR["measured"] for u in under])
     for yi, m in zip(y, measured, strict=True):
         ax.text(m, yi - 0.2, f" {m:,.0f}", va="center", fontsize=7)
-    est = obs["observed_from"].fillna("").str.startswith("estimated from").to_numpy()
+    est = obs["derived_from"].notna().to_numpy() if "derived_from" in obs else np.zeros(n, dtype=bool)
     labels = [f"{short(str(r), 40)} · {t}" + (" (estimated)" if e else "")
               for r, t, e in zip(obs["run_id"], obs["term"], est, strict=True)]  # fmt: skip
     ax.set_yticks(y, labels, fontsize=8)
-    ax.set_xlabel("MiB")
-    ax.set_title("Reserved vs measured, per run and term")
     handles = [Patch(color=_COLOR["reserved"], label="reserved by the heuristic")]
-    handles += [Patch(color=_COLOR["measured"], label="measured, within the reserve")] if not under.all() else []
-    handles += [Patch(color=_COLOR["under"], label="measured, under-reserved")] if under.any() else []
-    _legend(fig, handles)
-    ax.grid(axis="x", alpha=0.3)
-    return _save(fig, path)
+    handles += _split(under, "measured, within the reserve", "measured, under-reserved", _COLOR["measured"])
+    return _finish(fig, ax, path, "MiB", "Reserved vs measured, per run and term", handles)
 
 
 def plot_ladder(ladder: pd.DataFrame, path: Path) -> Path:
@@ -418,18 +433,12 @@ def plot_deepep_measured(d: pd.DataFrame, path: Path) -> Path:
     ax.barh(y + 0.27, d["reserved_mib"].astype(float), height=0.26, color=_COLOR["reserved"])
     ax.barh(y, analytic, height=0.26, color=_COLOR["analytic"])  # the store's deepep_analytic_mib
     ax.barh(y - 0.27, measured, height=0.26, color=[_COLOR["under"] if o else _COLOR["measured"] for o in over])
-    ax.axvline(DEEPEP_RESERVE_MIB, color="k", ls="--", lw=1)
+    line = _reserve_line(ax, "sglang's 2 GiB")
     ax.set_yticks(y, labels, fontsize=8)
-    ax.set_xlabel("MiB per GPU")
-    ax.set_title("DeepEP buffers: measured vs analytic vs the 2 GiB reserve")
     handles = [Patch(color=_COLOR["reserved"], label="reserved"),
-               Patch(color=_COLOR["analytic"], label="analytic device total (profiler.deepep)")]  # fmt: skip
-    handles += [Patch(color=_COLOR["measured"], label="measured")] if not over.all() else []
-    handles += [Patch(color=_COLOR["under"], label="measured, above the reserve")] if over.any() else []
-    handles.append(Line2D([], [], color="k", ls="--", lw=1, label="sglang's 2 GiB"))
-    _legend(fig, handles)
-    ax.grid(axis="x", alpha=0.3)
-    return _save(fig, path)
+               Patch(color=_COLOR["analytic"], label="analytic buffers (profiler.deepep)")]  # fmt: skip
+    handles += [*_split(over, "measured", "measured, above the reserve", _COLOR["measured"]), line]
+    return _finish(fig, ax, path, "MiB per GPU", "DeepEP buffers: measured vs analytic vs the 2 GiB reserve", handles)
 
 
 def plot_deepep_analytic(ex: pd.DataFrame, path: Path) -> Path:
@@ -442,16 +451,11 @@ def plot_deepep_analytic(ex: pd.DataFrame, path: Path) -> Path:
     analytic = ex["analytic MiB"].to_numpy(dtype=float)
     over = analytic > DEEPEP_RESERVE_MIB
     ax.barh(y, analytic, height=0.6, color=[_COLOR["under"] if o else _COLOR["analytic"] for o in over])
-    ax.axvline(DEEPEP_RESERVE_MIB, color="k", ls="--", lw=1)
+    line = _reserve_line(ax, "sglang's 2 GiB reserve")
     ax.set_yticks(y, [f"{m} · T={t}" for m, t in zip(ex["model"], ex["T"], strict=True)], fontsize=8)
-    ax.set_xlabel("MiB per GPU (8 ranks, mode auto)")
-    ax.set_title("DeepEP buffers — analytic only (no DeepEP buffer measured in these results)")
-    handles = [Patch(color=_COLOR["analytic"], label="analytic size, within 2 GiB")] if not over.all() else []
-    handles += [Patch(color=_COLOR["under"], label="analytic size, above 2 GiB")] if over.any() else []
-    handles.append(Line2D([], [], color="k", ls="--", lw=1, label="sglang's 2 GiB reserve"))
-    _legend(fig, handles)
-    ax.grid(axis="x", alpha=0.3)
-    return _save(fig, path)
+    handles = [*_split(over, "analytic size, within 2 GiB", "analytic size, above 2 GiB", _COLOR["analytic"]), line]
+    title = "DeepEP buffers — analytic only (no DeepEP buffer measured in these results)"
+    return _finish(fig, ax, path, "MiB per GPU (8 ranks, mode auto)", title, handles)
 
 
 def plot_kv(t: pd.DataFrame, path: Path) -> Path:
@@ -477,11 +481,8 @@ def plot_kv(t: pd.DataFrame, path: Path) -> Path:
     )
     handles.append(Line2D([], [], color="k", ls=":", lw=1, label=f"tight below {TIGHT_MIB:.0f} MiB"))
     ax.set_yticks(y, [f"{short(str(r), 40)} ({v})" for r, v in zip(t["run_id"], verdicts, strict=True)], fontsize=8)
-    ax.set_xlabel("MiB free at the worst point after the KV pool")
-    ax.set_title("OOM margin and KV cache left unused, per run")
-    _legend(fig, handles)
-    ax.grid(axis="x", alpha=0.3)
-    return _save(fig, path)
+    xlabel = "MiB free at the worst point after the KV pool"
+    return _finish(fig, ax, path, xlabel, "OOM margin and KV cache left unused, per run", handles)
 
 
 def plot_startup(s: pd.DataFrame, path: Path) -> Path:
@@ -496,11 +497,8 @@ def plot_startup(s: pd.DataFrame, path: Path) -> Path:
     ax.barh(y - 0.2, s["headroom_startup_mib"].astype(float).fillna(0), height=0.38, color=_COLOR["measured"],
             label="free at the end of startup")  # fmt: skip
     ax.set_yticks(y, [short(str(r), 44) for r in s["run_id"]], fontsize=8)
-    ax.set_xlabel("MiB")
-    ax.set_title("Ingested logs: headroom at the end of startup vs the heuristic's slack")
-    _legend(fig, ax.get_legend_handles_labels()[0])
-    ax.grid(axis="x", alpha=0.3)
-    return _save(fig, path)
+    title = "Ingested logs: headroom at the end of startup vs the heuristic's slack"
+    return _finish(fig, ax, path, "MiB", title, ax.get_legend_handles_labels()[0])
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -604,10 +602,10 @@ def terms_section(df: pd.DataFrame, out: Path) -> Section:
     if not len(obs):
         s.blocks.append(Note("No term was observable in these results: no plot drawn."))
         return s
-    if obs["observed_from"].fillna("").str.startswith("estimated from").any():
+    if "derived_from" in obs and obs["derived_from"].notna().any():
         s.blocks.append(
             Para(
-                "Rows measured as 'estimated from … ladder' belong to scenarios a sweep did not start: their decode "
+                "Rows marked (estimated) belong to scenarios a sweep did not start: their decode "
                 "graph is estimated from another start's ladder (same model and role, smaller max_bs)."
             )
         )
