@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from profiler.errors import MemfracError
+from profiler.explain import kv_budget
 from profiler.heuristic import Reservation, inputs_from_scenario, reserve, rules_for
 from profiler.scenario import Scenario, scenario_dict
 
@@ -139,4 +140,10 @@ def render_plan(plan: Plan, *, per_term: bool = True) -> str:
         if per_term:
             on = [f"{t.name} {_gib(t.mib)}" for t in r.terms if t.on and t.mib]
             lines.append(f"      {' · '.join(on)}")
+        kv = kv_budget(s, r.mem_fraction_static)
+        if kv.budget_mib <= 0:
+            lines.append(
+                f"      ! weights ≈ {kv.weights_mib / 1024:.1f} GiB/GPU do not fit under mfs {r.mem_fraction_static:.3f} "
+                f"of {s.gpu.total_mib} MiB: expect it to fail at load"
+            )
     return "\n".join(lines)
