@@ -143,7 +143,7 @@ def render_plan(plan: Plan, *, per_term: bool = True) -> str:
         kv = kv_budget(s, r.mem_fraction_static)
         if kv.budget_mib <= 0:
             lines.append(
-                f"      ! weights ≈ {kv.weights_mib / 1024:.1f} GiB/GPU do not fit under mfs {r.mem_fraction_static:.3f} "
-                f"of {s.gpu.total_mib} MiB: expect it to fail at load"
+                f"      ! weights ≈ {kv.weights_mib / 1024:.1f} GiB/GPU do not fit under "
+                f"mfs {r.mem_fraction_static:.3f} of {s.gpu.total_mib} MiB: expect it to fail at load"
             )
     return "\n".join(lines)
