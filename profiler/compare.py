@@ -30,12 +30,10 @@ from typing import Any
 from profiler.heuristic import Reservation
 from profiler.heuristic.record import TERM_NAMES
 from profiler.measurement import Measurement, Phase, Rank
+from profiler.verdict import TIGHT_MIB, run_verdict
 
-#: A worker with less than this free at its worst point is one allocation away from an OOM.
-TIGHT_MIB = 1024.0
 #: Default safety margin added to what was used when recommending a fraction.
 DEFAULT_MARGIN_MIB = 1024.0
-VERDICTS = ("oom_during_capture", "oom_startup", "oom_runtime", "failed", "tight", "ok", "wasteful", "unknown")
 TERM_VERDICTS = ("under", "fits", "over", "unobservable", "off")
 _GRAPHS = ("prefill_graph", "decode_graph", "verify_graph", "draft_graph", "draft_extend_graph")
 _CONSTANT_PHASES = ("attention_backends", "eager_runner", "finalize", "disaggregation_init")
@@ -379,7 +377,7 @@ def compare(
     if used is not None and start and runtime_need is not None:
         need = used + (0.0 if runtime is not None else runtime_need) + margin_mib
         rec = math.floor((1 - need / start) * 1000) / 1000
-    verdict, reason = _run_verdict(m, worst, used, end_startup)
+    verdict, reason = run_verdict(m, worst, used, end_startup)
     return Comparison(
         measurement_id=m.id,
         scenario=m.scenario,
@@ -426,30 +424,6 @@ def _ladder(r: Rank | None) -> tuple[tuple[int, float], ...]:
     if p is None or p.source != "probe":
         return ()
     return tuple(sorted((lp.bs, lp.used_mib) for lp in p.ladder if lp.used_mib is not None and lp.bs is not None))
-
-
-def _run_verdict(m: Measurement, worst: float | None, used: float | None, end_startup: float | None) -> tuple[str, str]:
-    """oom_during_capture | oom_startup | oom_runtime | failed | tight | ok | wasteful | unknown, and why."""
-    f = m.failure
-    if f is not None:
-        if f.kind in ("oom_during_capture", "oom_startup", "oom_runtime"):
-            where = f" in {f.phase}" if f.phase else ""
-            tried = f", tried to allocate {f.tried_alloc_mib:.0f} MiB" if f.tried_alloc_mib else ""
-            return f.kind, f"CUDA out of memory{where}{tried}"
-        return "failed", f"{f.kind}" + (f" in {f.phase}" if f.phase else "") + (
-            f": {f.message[:160]}" if f.message else ""
-        )
-    if m.memory_kind == "host":
-        return "unknown", "host-memory measurement (CPU run): no GPU headroom to judge"
-    if worst is None:
-        return "unknown", "no free-memory reading after the KV pool (needs 'Memory pool end' or later avail mem)"
-    if worst < TIGHT_MIB:
-        return "tight", f"{worst:.0f} MiB free at the worst point (< {TIGHT_MIB:.0f} MiB)"
-    if used is None:
-        return "ok", f"{worst:.0f} MiB free at the worst point; non-KV use after the pool not measurable"
-    if worst > 2 * max(used, 1.0):
-        return "wasteful", f"{worst:.0f} MiB left unused vs {used:.0f} MiB used after the KV pool (> 2×)"
-    return "ok", f"{worst:.0f} MiB free at the worst point, {used:.0f} MiB used after the KV pool"
 
 
 def reservation_for(m: Measurement, scenario: Any = None) -> tuple[Reservation | None, list[str]]:

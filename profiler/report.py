@@ -31,10 +31,10 @@ from profiler.calibrate import (
     ladder_slopes,
     short_model,
 )
-from profiler.compare import TIGHT_MIB
 from profiler.deepep import HEURISTIC_RESERVE_BYTES, MIB
 from profiler.errors import MemfracError
 from profiler.store import load_ladder, load_results
+from profiler.verdict import TIGHT_MIB
 
 DPI = 100
 WIDTH_IN = 10.0
