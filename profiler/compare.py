@@ -6,16 +6,18 @@ the free memory after NCCL init (not the capacity). So the non-static memory a w
 lowest free memory seen afterwards (graph capture, buffers, serving). The difference is the headroom — the
 OOM margin — and, when it is large, KV cache the fleet paid for and never used.
 
-Per term, what each reservation covers is matched to the phase that spends it:
+Per term, what each reservation covers is matched to the ledger line that spends it (`profiler.ledger`: every
+window charged once, nested windows subtracted from their parents):
 
 | term | measured as |
 |---|---|
-| activation | runtime peak above the post-startup baseline (probe load) |
-| decode_graph (+ dp_padding when attn-DP) | decode capture Δ (DeepEP creation inside excluded), per-bs ladder |
-| prefill_graph (+ prefill_bcg_deepep) | prefill capture Δ (DeepEP excluded) |
-| deepep_a2a | DeepEP buffer creation Δ (driver: NVL + NVSHMEM heap + workspace), analytic size beside it |
-| constant | attention backends + eager runner + finalize + disaggregation init Δ |
-| parallel | non-torch growth after the KV pool (driver Δ − torch reserved Δ), DeepEP excluded |
+| activation | serving peak above the serving baseline (taken before sglang's warm-up request) |
+| decode_graph, prefill_graph | capture windows; both captured → judged jointly (one shared graph pool) |
+| dp_padding, prefill_bcg_deepep | not separable from their graph: summed with it |
+| deepep_a2a | DeepEP buffer creation window (driver: NVL + NVSHMEM heap + workspace), analytic size beside it |
+| constant | attention backends + eager runner + finalize + disaggregation init (torch part on a GPU) |
+| parallel | non-torch growth of the windows after the KV pool (driver Δ − torch reserved Δ), probe on a GPU |
+| speculative | every window of a draft model but its weights and KV pool (sglang ≥ 0.5.14 reserves 0 for it) |
 | floor_topup | the part of the floor that the other terms' overflow consumed |
 
 Logs show only some of these (graph capture, headroom); the rest are `unobservable`, said per term.
@@ -29,6 +31,7 @@ from typing import Any
 
 from profiler.heuristic import Reservation
 from profiler.heuristic.record import TERM_NAMES
+from profiler.ledger import Attribution, Ledger, attribute, ledger_of
 from profiler.measurement import Measurement, Phase, Rank
 from profiler.verdict import TIGHT_MIB, run_verdict
 
@@ -36,7 +39,6 @@ from profiler.verdict import TIGHT_MIB, run_verdict
 DEFAULT_MARGIN_MIB = 1024.0
 TERM_VERDICTS = ("under", "fits", "over", "unobservable", "off")
 _GRAPHS = ("prefill_graph", "decode_graph", "verify_graph", "draft_graph", "draft_extend_graph")
-_CONSTANT_PHASES = ("attention_backends", "eager_runner", "finalize", "disaggregation_init")
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +90,8 @@ class Comparison:
     deepep_analytic_mib: float | None = None
     failure_kind: str | None = None
     observable: tuple[str, ...] = field(default=())
+    ledger: Ledger | None = None  # the judged (worst) rank's books at its worst point
+    ledgers: tuple[Ledger, ...] = ()  # every rank's
 
     def term(self, name: str) -> TermComparison:
         for t in self.terms:
@@ -98,6 +102,8 @@ class Comparison:
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["terms"] = [asdict(t) | {"slack_mib": t.slack_mib} for t in self.terms]
+        d["ledger"] = None if self.ledger is None else self.ledger.as_dict()
+        d["ledgers"] = [x.as_dict() for x in self.ledgers]
         return d
 
 
@@ -110,94 +116,52 @@ def _phase(r: Rank | None, name: str) -> Phase | None:
     return None if r is None else r.phase(name)
 
 
-def _free(p: Phase | None, which: str) -> float | None:
-    s = None if p is None else getattr(p, which)
-    return None if s is None else s.free_mib
-
-
-def _torch_delta(p: Phase) -> float | None:
-    b, a = p.before, p.after
-    if b is None or a is None or b.torch_reserved_mib is None or a.torch_reserved_mib is None:
-        return None
-    return a.torch_reserved_mib - b.torch_reserved_mib
-
-
-def _nested_deepep(r: Rank, parent: str) -> float:
-    """MiB of a DeepEP buffer created inside `parent` (it is charged to deepep_a2a, not to the graph)."""
-    for p in r.phases:
-        if p.name == "deepep_buffer" and p.details.get("parent") == parent and p.used_mib:
-            return p.used_mib
-    return 0.0
-
-
 def free_at_start(r: Rank | None) -> float | None:
-    """sglang's pre_model_load_memory: the probe reads it, a log shows it as the first avail mem."""
+    """sglang's pre_model_load_memory (the min over ranks it sizes the KV pool from): the probe reads it, a
+    log prints it in some releases; else the rank's own first reading (avail mem at 'Load weight begin')."""
     b = _phase(r, "baseline")
     if b is not None and isinstance(b.details.get("pre_model_load_mib"), int | float):
         return float(b.details["pre_model_load_mib"])
-    return _free(_phase(r, "weights"), "before")
-
-
-_STARTUP_PRE_KV = ("init_parallel", "baseline", "weights", "kv_pool")
-
-
-def _after_kv_free(r: Rank | None) -> float | None:
-    """Free memory right after the KV pool ("Memory pool end"), else before the first later phase."""
-    kv = _free(_phase(r, "kv_pool"), "after")
-    if kv is not None or r is None:
-        return kv
-    for p in r.phases:
-        if p.name not in _STARTUP_PRE_KV and p.name != "ready":
-            v = _free(p, "before")
-            if v is not None:
-                return v
+    w = _phase(r, "weights")
+    if w is None:
+        return None
+    if w.before is not None and w.before.free_mib is not None:
+        return w.before.free_mib
+    if w.source == "log" and w.after is not None and w.after.free_mib is not None and w.usage_mib is not None:
+        return w.after.free_mib + w.usage_mib  # implied: avail after + printed usage
     return None
 
 
-def _worst_free(r: Rank | None) -> tuple[float | None, float | None]:
-    """(free at the end of startup, lowest free after the KV pool, serving included)."""
-    if r is None:
-        return None, None
-    frees: list[float] = []
-    end_startup: float | None = None
-    for p in r.phases:
-        if p.name in _STARTUP_PRE_KV:
-            continue
-        vals = [x for x in (_free(p, "before"), _free(p, "after"), _free(p, "peak")) if x is not None]
-        vals += [lp.free_mib for lp in p.ladder if lp.free_mib is not None]
-        if p.name == "ready":
-            avail = p.details.get("available_gpu_mem_mib")
-            if isinstance(avail, int | float):
-                vals.append(float(avail))
-        if p.name != "runtime" and vals:
-            end_startup = min(vals) if p.name == "ready" else (_free(p, "after") or min(vals))
-        frees += vals
-    if not frees:
-        return None, None
-    return end_startup, min(frees)
+def _attribution(m: Measurement, r: Rank | None) -> Attribution | None:
+    return None if r is None else attribute(r, m.memory_kind)
 
 
-def rank_figures(r: Rank | None) -> dict[str, Any]:
+def rank_figures(r: Rank | None, memory_kind: str = "gpu") -> dict[str, Any]:
     """Weights, KV pool, graph capture and headroom of one rank (MiB; None where it does not say)."""
     w, kv = _phase(r, "weights"), _phase(r, "kv_pool")
-    kv_mib = None
-    if kv is not None:
-        kv_mib = ((kv.details.get("k_mib") or 0) + (kv.details.get("v_mib") or 0)) or kv.details.get("kv_mib")
+    att = None if r is None else attribute(r, memory_kind)
     graphs = [p.used_mib for p in (r.phases if r else []) if p.name in _GRAPHS and p.used_mib is not None]
     return {
         "weights_mib": w.used_mib if w else None,
-        "kv_mib": kv_mib,
+        "kv_mib": _kv_mib(kv),
         "kv_tokens": kv.details.get("kv_tokens") if kv else None,
         "graph_mib": sum(graphs) if graphs else None,
-        "headroom_mib": _worst_free(r)[1],
+        "headroom_mib": None if att is None else att.worst_free_mib,
     }
 
 
+def _kv_mib(kv: Phase | None) -> float | None:
+    if kv is None:
+        return None
+    d = kv.details
+    return ((d.get("k_mib") or 0) + (d.get("v_mib") or 0)) or d.get("kv_mib")
+
+
 def worst_rank(m: Measurement) -> Rank | None:
-    """The rank closest to OOM (lowest free memory after its KV pool); the primary one when none says."""
+    """The rank closest to OOM (lowest free memory at its worst point); the primary one when none says."""
     best: tuple[float, Rank] | None = None
     for r in m.ranks:
-        _, w = _worst_free(r)
+        w = attribute(r, m.memory_kind).worst_free_mib
         if w is not None and (best is None or w < best[0]):
             best = (w, r)
     return best[1] if best else m.primary
@@ -206,11 +170,8 @@ def worst_rank(m: Measurement) -> Rank | None:
 def kv_bytes_per_token(r: Rank | None) -> float | None:
     """Exact, from the KV pool the worker allocated: (K + V) bytes / tokens."""
     p = _phase(r, "kv_pool")
-    if p is None:
-        return None
-    d = p.details
-    tokens = d.get("kv_tokens")
-    size = (d.get("k_mib") or 0) + (d.get("v_mib") or 0) or d.get("kv_mib")
+    tokens = None if p is None else p.details.get("kv_tokens")
+    size = _kv_mib(p)
     if not tokens or not size:
         return None
     return size * 2**20 / tokens
@@ -232,67 +193,57 @@ def _verdict(reserved: float, measured: float | None, resolution: float) -> str:
 
 
 def _term_rows(
-    m: Measurement, res: Reservation, r: Rank | None, resolution: float, used_total: float | None
+    m: Measurement, res: Reservation, att: Attribution | None, resolution: float, used_total: float | None
 ) -> list[TermComparison]:
     mib = dict(zip(TERM_NAMES, res.term_mib, strict=True))
     on = dict(zip(TERM_NAMES, res.term_on, strict=True))
     rows: list[TermComparison] = []
     host = m.memory_kind == "host"
 
-    def add(name: str, reserved: float, measured: float | None, src: str, note: str = "") -> None:
-        is_on = any(on.get(n) for n in name.split("+"))
-        if not is_on and not measured:
-            rows.append(TermComparison(name, reserved, measured, "off", src, note or "term not applied"))
+    def measured(line: str, peak: bool = False) -> float | None:
+        return None if att is None else att.total(line, peak=peak)
+
+    def source(line: str, fallback: str) -> str:
+        cs = [] if att is None else att.charged(line)
+        return "; ".join(dict.fromkeys(c.source for c in cs)) if cs else fallback
+
+    def add(names: tuple[str, ...], value: float | None, src: str, note: str = "") -> None:
+        name = "+".join(names)
+        reserved = sum(mib[n] for n in names)
+        if not any(on[n] for n in names) and not value:
+            rows.append(TermComparison(name, reserved, value, "off", src, note or "term not applied"))
             return
-        v = "unobservable" if host and measured is not None else _verdict(reserved, measured, resolution)
-        if host and measured is not None:
+        v = "unobservable" if host and value is not None else _verdict(reserved, value, resolution)
+        if host and value is not None:
             note = (note + "; " if note else "") + "host RSS of a CPU run: not comparable with GPU reserves"
-        rows.append(TermComparison(name, reserved, measured, v, src, note))
+        rows.append(TermComparison(name, reserved, value, v, src, note))
 
-    runtime = _phase(r, "runtime")
-    add(
-        "activation",
-        mib["activation"],
-        runtime.used_mib if runtime else None,
-        "runtime peak above the post-startup baseline" if runtime else "no serving load observed",
-    )
+    add(("activation",), measured("activation"), source("activation", "no serving load observed"))
 
-    for phase, extra, why in (
-        ("decode_graph", "dp_padding", "padding not separable"),
-        ("prefill_graph", "prefill_bcg_deepep", "DeepEP first touch not separable"),
-    ):
-        p = _phase(r, phase)
-        meas = None if p is None or p.used_mib is None else p.used_mib - _nested_deepep(r, phase)  # type: ignore[arg-type]
-        kind = phase.split("_")[0]
-        if p is None:
-            src = f"no {kind} capture seen"
-        elif meas is None:
-            src = f"{kind} capture seen, without memory numbers"
-        else:
-            src = f"{kind} capture Δ"
-        if on[extra]:  # only their sum is observable
-            add(f"{phase}+{extra}", mib[phase] + mib[extra], meas, f"{src} ({why})")
-        else:
-            add(phase, mib[phase], meas, src)
+    dec, pre = measured("decode_graph"), measured("prefill_graph")
+    dec_names = ("decode_graph", "dp_padding") if on["dp_padding"] else ("decode_graph",)
+    pre_names = ("prefill_graph", "prefill_bcg_deepep") if on["prefill_bcg_deepep"] else ("prefill_graph",)
+    if dec is not None and pre is not None:
+        # runner_utils/pool.py: "later backends reuse the same handle" — prefill is captured first "so both
+        # coalesce" (cuda_graph_setup.py): the decode window holds only the growth beyond the prefill pool,
+        # so neither window alone is its family's footprint; the pool the device pays for is their sum.
+        add(pre_names + dec_names, dec + pre,
+            "prefill + decode capture windows, judged jointly: both capture into one shared graph pool")  # fmt: skip
+    else:
+        add(dec_names, dec, source("decode_graph", "no decode capture seen"),
+            "padding not separable" if on["dp_padding"] else "")  # fmt: skip
+        add(pre_names, pre, source("prefill_graph", "no prefill capture seen"),
+            "DeepEP first touch not separable" if on["prefill_bcg_deepep"] else "")  # fmt: skip
 
-    de = _phase(r, "deepep_buffer")
-    add(
-        "deepep_a2a",
-        mib["deepep_a2a"],
-        de.used_mib if de else None,
-        "DeepEP buffer creation Δ (driver)" if de else "no DeepEP buffer creation seen",
-    )
-
-    const_phases = [p for p in (r.phases if r else []) if p.name in _CONSTANT_PHASES and p.used_mib is not None]
-    add(
-        "constant",
-        mib["constant"],
-        sum(p.used_mib for p in const_phases) if const_phases else None,  # type: ignore[misc]
-        "attention backends + eager runner + finalize + disaggregation init Δ",
-    )
-
-    nontorch = _non_torch_after_kv(r) if m.source == "probe" and not host else None
-    add("parallel", mib["parallel"], nontorch, "non-torch growth after the KV pool, DeepEP excluded")
+    add(("deepep_a2a",), measured("deepep_a2a"), source("deepep_a2a", "no DeepEP buffer creation seen"))
+    add(("constant",), measured("constant"),
+        source("constant", "attention backends + eager runner + finalize + disaggregation init"))  # fmt: skip
+    par = measured("parallel") if m.source == "probe" and not host else None
+    add(("parallel",), par, source("parallel", "non-torch growth after the KV pool: only the probe on a GPU sees it"))
+    spec = measured("speculative")
+    if on["speculative"] or spec is not None:
+        why = "" if on["speculative"] else "sglang reserves nothing for the draft model's graphs and buffers"
+        add(("speculative",), spec, source("speculative", "draft model windows"), why)
 
     floor = mib["floor_topup"]
     if on["floor_topup"]:
@@ -310,28 +261,10 @@ def _term_rows(
         )
     else:
         rows.append(TermComparison("floor_topup", 0.0, None, "off", "", "no floor top-up"))
-    for name in ("speculative", "xpu", "vlm_scaling"):
+    for name in ("xpu", "vlm_scaling"):
         if on[name]:
             rows.append(TermComparison(name, mib[name], None, "unobservable", "", "no phase spends this term alone"))
     return rows
-
-
-def _non_torch_after_kv(r: Rank | None) -> float | None:
-    if r is None:
-        return None
-    total, seen_kv, any_ = 0.0, False, False
-    for p in r.phases:
-        if p.name == "kv_pool":
-            seen_kv = True
-            continue
-        if not seen_kv or p.name in ("deepep_buffer", "runtime", "ready") or p.details.get("parent"):
-            continue
-        td = _torch_delta(p)
-        if td is None or p.used_mib is None:
-            continue
-        total += p.used_mib - td
-        any_ = True
-    return total if any_ else None
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -350,34 +283,33 @@ def compare(
 
     Ranks differ (the first one often holds extra buffers): the rank closest to OOM is the one judged.
     """
-    r = worst_rank(m)
+    atts = [(rk, attribute(rk, m.memory_kind)) for rk in m.ranks]
+    judged = [(a.worst_free_mib, i) for i, (_, a) in enumerate(atts) if a.worst_free_mib is not None]
+    r, att = atts[min(judged)[1]] if judged else ((m.primary, _attribution(m, m.primary)) if m.ranks else (None, None))
     mfs = res.mem_fraction_static if res is not None else _mfs_from_args(m)
     start = free_at_start(r)
     slack = None if start is None or mfs is None else start * (1 - mfs)
-    after_kv = _after_kv_free(r)
-    end_startup, worst = _worst_free(r)
+    after_kv = None if att is None else att.after_kv_free_mib
+    worst = None if att is None else att.worst_free_mib
+    end_startup = None if att is None else att.end_of_startup_free_mib
     used = None if after_kv is None or worst is None else after_kv - worst
     weights = _phase(r, "weights")
     kvp = _phase(r, "kv_pool")
-    kv_mib = None
-    if kvp is not None:
-        d = kvp.details
-        kv_mib = ((d.get("k_mib") or 0) + (d.get("v_mib") or 0)) or d.get("kv_mib")
     bpt = kv_bytes_per_token(r)
     resolution = max((p.resolution_mib or 0.0) for p in r.phases) if r and r.phases else 0.0
-    rows = _term_rows(m, res, r, resolution, used) if res is not None else []
+    rows = _term_rows(m, res, att, resolution, used) if res is not None else []
     wasted = None
     if worst is not None and bpt and worst > margin_mib:
         wasted = int((worst - margin_mib) * 2**20 // bpt)
     rec = None
-    runtime = _phase(r, "runtime")
-    runtime_need = runtime.used_mib if runtime is not None and runtime.used_mib is not None else None
-    if runtime_need is None and res is not None:
-        runtime_need = res.mib("activation")  # not observed: keep what the heuristic reserves for it
-    if used is not None and start and runtime_need is not None:
-        need = used + (0.0 if runtime is not None else runtime_need) + margin_mib
+    served = att is not None and att.total("activation") is not None
+    runtime_need = None if served or res is None else res.mib("activation")  # not observed: the heuristic's
+    if used is not None and start and (served or runtime_need is not None):
+        need = used + (runtime_need or 0.0) + margin_mib
         rec = math.floor((1 - need / start) * 1000) / 1000
     verdict, reason = run_verdict(m, worst, used, end_startup)
+    ledgers = tuple(ledger_of(a, rk.label) for rk, a in atts if a.opening_mib is not None or a.charges)
+    judged_ledger = next((x for x in ledgers if r is not None and x.rank == r.label), None)
     return Comparison(
         measurement_id=m.id,
         scenario=m.scenario,
@@ -393,7 +325,7 @@ def compare(
         slack_mib=slack,
         reserved_terms_mib=res.reserved_mib if res is not None else None,
         weights_mib=weights.used_mib if weights else None,
-        kv_pool_mib=kv_mib,
+        kv_pool_mib=_kv_mib(kvp),
         kv_tokens=kvp.details.get("kv_tokens") if kvp else None,
         kv_bytes_per_token=bpt,
         used_after_kv_mib=used,
@@ -409,6 +341,8 @@ def compare(
         deepep_analytic_mib=deepep_analytic_mib,
         failure_kind=m.failure.kind if m.failure else None,
         observable=tuple(t.term for t in rows if t.verdict not in ("unobservable", "off")),
+        ledger=judged_ledger,
+        ledgers=ledgers,
     )
 
 
@@ -418,12 +352,14 @@ def _mfs_from_args(m: Measurement) -> float | None:
 
 
 def _ladder(r: Rank | None) -> tuple[tuple[int, float], ...]:
-    """(bs, MiB used by the capture so far) right after each size; probe ladders only (a log's tqdm rung is
-    printed before its size is captured, so it cannot be attributed to that size)."""
+    """(bs, MiB used by the capture so far) right after each size, IN CAPTURE ORDER — largest bs first
+    (`reversed(self.capture_bs)`, decode_cuda_graph_runner.py), so the cumulative MiB falls with bs and the
+    last rung holds the whole capture. Probe ladders only (a log's tqdm rung is printed before its size is
+    captured, so it cannot be attributed to that size)."""
     p = _phase(r, "decode_graph")
     if p is None or p.source != "probe":
         return ()
-    return tuple(sorted((lp.bs, lp.used_mib) for lp in p.ladder if lp.used_mib is not None and lp.bs is not None))
+    return tuple((lp.bs, lp.used_mib) for lp in p.ladder if lp.used_mib is not None and lp.bs is not None)
 
 
 def reservation_for(m: Measurement, scenario: Any = None) -> tuple[Reservation | None, list[str]]:
@@ -493,7 +429,7 @@ def derive_variant(c: Comparison, res: Reservation, name: str, max_bs: int) -> C
     The KV pool absorbs the difference in fraction: free after the pool moves by the slack difference, and
     the graph memory by the ladder estimate; everything else the start measured is shared.
     """
-    graph_launch = c.ladder[-1][1] if c.ladder else None
+    graph_launch = c.ladder[-1][1] if c.ladder else None  # capture order: the last rung holds the whole capture
     est = ladder_graph_estimate(c.ladder, max_bs)
     slack = None if c.free_at_start_mib is None else c.free_at_start_mib * (1 - res.mem_fraction_static)
     used = headroom = None
@@ -504,14 +440,18 @@ def derive_variant(c: Comparison, res: Reservation, name: str, max_bs: int) -> C
     terms = []
     mib = dict(zip(TERM_NAMES, res.term_mib, strict=True))
     for t in c.terms:
-        if t.term.startswith("decode_graph"):
-            reserved = mib["decode_graph"] + (mib["dp_padding"] if "+" in t.term else 0.0)
-            v = "unobservable" if est is None else _verdict(reserved, est, 0.0)
+        parts = t.term.split("+")
+        if "decode_graph" in parts:
+            reserved = sum(mib[n] for n in parts)
+            value = est
+            if est is not None and any(n.startswith("prefill") for n in parts):  # judged jointly with prefill
+                value = None if t.measured_mib is None or graph_launch is None else t.measured_mib - graph_launch + est
+            v = "unobservable" if value is None else _verdict(reserved, value, 0.0)
             terms.append(
                 TermComparison(
                     t.term,
                     reserved,
-                    est,
+                    value,
                     v,
                     f"estimated from the max_bs {c.ladder[0][0] if c.ladder else '?'}"
                     f"…{c.ladder[-1][0] if c.ladder else '?'} ladder of run {c.measurement_id}",
@@ -560,6 +500,8 @@ def derive_variant(c: Comparison, res: Reservation, name: str, max_bs: int) -> C
         reason=reason + f" [derived from run {c.measurement_id}]",
         terms=tuple(terms),
         ladder=tuple(p for p in c.ladder if p[0] <= max_bs),
+        ledger=None,  # a derived variant was not started: it has no books of its own
+        ledgers=(),
         wasted_kv_tokens=(
             int((headroom - c.margin_mib) * 2**20 // c.kv_bytes_per_token)
             if headroom is not None and c.kv_bytes_per_token and headroom > c.margin_mib

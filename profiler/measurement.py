@@ -80,6 +80,58 @@ class Snapshot:
         """The fields that were read (None left out): what the probe writes per record."""
         return {k: v for k, v in asdict(self).items() if v is not None}
 
+    def __sub__(self, before: Snapshot) -> Delta:
+        """`after - before`: what the window between two readings took, layer by layer (a value)."""
+        return Delta.between(before, self)
+
+
+def _taken(before: float | None, after: float | None) -> float | None:
+    return None if before is None or after is None else after - before
+
+
+@dataclass(frozen=True, slots=True)
+class Delta:
+    """What a window took between two snapshots, per layer (MiB; positive = taken, negative = given back).
+
+    A layer is None unless both readings have it: a window that starts before CUDA is up (no driver reading)
+    and ends after it has no driver usage — never an RSS figure standing in for a GPU one.
+
+        driver   = free before − free after          every allocation: torch's, NCCL, NVSHMEM, context
+        reserved = torch reserved after − before      the caching allocator (CUDA-graph private pools included)
+        nontorch = driver − reserved                  what torch cannot see (DeepEP, NCCL, cuBLAS workspaces)
+    """
+
+    kind: MemoryKind
+    driver_mib: float | None = None
+    reserved_mib: float | None = None
+    allocated_mib: float | None = None
+    rss_mib: float | None = None
+
+    @classmethod
+    def between(cls, before: Snapshot, after: Snapshot) -> Delta:
+        driver = None
+        if before.free_mib is not None and after.free_mib is not None:
+            driver = before.free_mib - after.free_mib
+        return cls(
+            kind="host" if "host" in (before.kind, after.kind) else "gpu",
+            driver_mib=driver,
+            reserved_mib=_taken(before.torch_reserved_mib, after.torch_reserved_mib),
+            allocated_mib=_taken(before.torch_allocated_mib, after.torch_allocated_mib),
+            rss_mib=_taken(before.rss_mib, after.rss_mib),
+        )
+
+    @property
+    def nontorch_mib(self) -> float | None:
+        """Device memory outside torch's allocator: driver − reserved."""
+        if self.driver_mib is None or self.reserved_mib is None:
+            return None
+        return self.driver_mib - self.reserved_mib
+
+    @property
+    def used_mib(self) -> float | None:
+        """The window's usage in its own kind: the driver's on a GPU, RSS on the host."""
+        return self.rss_mib if self.kind == "host" else self.driver_mib
+
 
 @dataclass(slots=True)
 class LadderPoint:
@@ -112,16 +164,27 @@ class Phase:
     line: int | None = None  # where in the source it was read (first line of the phase)
 
     @property
+    def delta(self) -> Delta | None:
+        """after − before (None unless both readings exist)."""
+        if self.before is None or self.after is None:
+            return None
+        return self.after - self.before
+
+    @property
     def freed_mib(self) -> float | None:
         """Driver-visible usage: free before − free after (None unless both are known)."""
-        if self.before is None or self.after is None or self.before.free_mib is None or self.after.free_mib is None:
-            return None
-        return self.before.free_mib - self.after.free_mib
+        d = self.delta
+        return None if d is None else d.driver_mib
 
     @property
     def used_mib(self) -> float | None:
         """The phase's usage: as reported, else the driver delta."""
         return self.usage_mib if self.usage_mib is not None else self.freed_mib
+
+    @property
+    def role(self) -> str:
+        """"target", or "draft" for a speculative draft model's repeat of a phase (probe tag / log order)."""
+        return str(self.details.get("role") or "target")
 
 
 @dataclass(slots=True)
@@ -164,10 +227,11 @@ class Rank:
     phases: list[Phase] = field(default_factory=list)
     failure: Failure | None = None
 
-    def phase(self, name: str) -> Phase | None:
-        """The last phase of that name (captures can repeat, e.g. draft and target)."""
+    def phase(self, name: str, role: str = "target") -> Phase | None:
+        """The last phase of that name run for `role` (a draft model repeats baseline, weights, kv_pool, …:
+        eagle_worker_v2.py builds a second ModelRunner with is_draft_worker=True)."""
         for p in reversed(self.phases):
-            if p.name == name:
+            if p.name == name and p.role == role:
                 return p
         return None
 

@@ -52,37 +52,77 @@ def _install(rec: Any, patches: list[str]) -> None:
     except Exception:
         version = "unknown"
     resolutions = [resolve(t) for t in TARGETS]
-    rec.write(
-        {
-            "type": "start",
-            "kind": rec.probe.kind,
-            "argv": sys.argv[:1],
-            "ppid": os.getppid(),
-            "sglang_version": version,
-            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-            "pytorch_cuda_alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
-            "patches": patches,
-            "targets": [
-                {"phase": r.target.phase, "path": r.target.path, "ok": r.ok, "note": r.note} for r in resolutions
-            ],
-        }
-    )
+    rec.start_record = {
+        "type": "start",
+        "kind": rec.probe.kind,
+        "argv": sys.argv[:1],
+        "ppid": os.getppid(),
+        "sglang_version": version,
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "pytorch_cuda_alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
+        "patches": patches,
+        "targets": [{"phase": r.target.phase, "path": r.target.path, "ok": r.ok, "note": r.note} for r in resolutions],
+    }  # written ahead of this process's first record (the DP controller, which runs no phase, writes none)
     missing = [r for r in resolutions if not r.ok and r.target.required]
     if missing:
         rec.error("hook targets missing in the installed sglang: " + "; ".join(r.note for r in missing))
         return
     for r in resolutions:
         if r.ok:
-            HookRegistry.register(r.target.path, _HOOKS[r.target.kind](rec, r.target.phase), HookType.AROUND)
+            HookRegistry.register(r.target.path, _hook_for(rec, r.target), HookType.AROUND)
+    rec.guard_peak_resets()
     atexit.register(rec.flush_runtime)
 
 
 Hook = Callable[..., Any]
+After = Callable[[Any, Any, tuple, dict], None]
+
+#: sglang empties torch's cache as these phases begin (`get_available_gpu_memory(empty_cache=True)` before
+#: "Capture … CUDA graph begin", cuda_graph_setup.py capture_prefill_graph / capture_decode_graph): the probe
+#: empties it first, so cache left by the eager warm-up is not charged to the capture (nor credited to it).
+EMPTY_CACHE_AT_BEGIN = frozenset({"prefill_graph", "decode_graph", "verify_graph"})
+#: ... and at the end of the eager runner (its warm-up cache is released at the next phase's start).
+EMPTY_CACHE_AT_END = frozenset({"eager_runner"})
 
 
-def _phase_hook(rec: Any, phase: str, after: Callable[[Any, Any, tuple, dict], None] | None = None) -> Hook:
+def call_role(args: tuple, kwargs: dict) -> str | None:
+    """target | draft for a hooked call, from the ModelRunner it runs for (`is_draft_worker`): passed as
+    `self`, `model_runner=`, an object holding `.model_runner`, or `is_draft_worker=` (bootstrap.py)."""
+    flag = kwargs.get("is_draft_worker")
+    if isinstance(flag, bool):
+        return "draft" if flag else "target"
+    for a in (*args, *kwargs.values()):
+        for obj in (a, getattr(a, "model_runner", None), getattr(a, "draft_runner", None)):
+            v = getattr(obj, "is_draft_worker", None) if obj is not None else None
+            if isinstance(v, bool):
+                return "draft" if v else "target"
+    return None
+
+
+def _decode_phase_name(args: tuple, kwargs: dict) -> str:
+    """`capture_decode_graph` captures the target-verify graph when speculative (cuda_graph_setup.py:
+    memory_phase = "target_verify" when `model_runner.spec_algorithm.is_speculative()`)."""
+    mr = kwargs.get("model_runner", args[0] if args else None)
+    try:
+        if mr is not None and not mr.is_draft_worker and mr.spec_algorithm.is_speculative():
+            return "verify_graph"
+    except AttributeError:
+        pass
+    return "decode_graph"
+
+
+def _phase_hook(
+    rec: Any,
+    phase: str,
+    after: After | None = None,
+    *,
+    role: str | None = None,
+    name: Callable[[tuple, dict], str] | None = None,
+) -> Hook:
     def hook(original: Hook, *args: Any, **kwargs: Any) -> Any:
-        fr = rec.begin(phase)
+        ph = name(args, kwargs) if name is not None else phase
+        r = role or call_role(args, kwargs) or "target"
+        fr = rec.begin(ph, role=r, empty_cache=ph in EMPTY_CACHE_AT_BEGIN)
         try:
             result = original(*args, **kwargs)
         except BaseException as e:
@@ -93,7 +133,7 @@ def _phase_hook(rec: Any, phase: str, after: Callable[[Any, Any, tuple, dict], N
                 after(fr, result, args, kwargs)
             except Exception as e:
                 fr.details["probe_note"] = f"{type(e).__name__}: {e}"
-        rec.end(fr)
+        rec.end(fr, empty_cache=ph in EMPTY_CACHE_AT_END)
         return result
 
     return hook
@@ -131,11 +171,35 @@ def _baseline_after(fr: Any, result: Any, _a: tuple, _k: dict) -> None:
         fr.details["pre_model_load_mib"] = float(result) * 1024  # sglang returns GiB
 
 
+def _kv_after(fr: Any, result: Any, _a: tuple, _k: dict) -> None:
+    """The pool sglang built (`KVCacheConfigResult`, kv_cache_configurator.py): tokens, bytes, dtype."""
+    tokens = getattr(result, "max_total_num_tokens", None)
+    pool = getattr(result, "token_to_kv_pool", None)
+    if isinstance(tokens, int):
+        fr.details["kv_tokens"] = tokens
+    size = getattr(pool, "mem_usage", None)  # GiB, as the "KV Cache is allocated" line prints it
+    if isinstance(size, int | float) and size > 0:
+        fr.details["kv_mib"] = float(size) * 1024
+    else:
+        getter = getattr(pool, "get_kv_size_bytes", None)
+        if callable(getter):
+            b = getter()
+            total = sum(b) if isinstance(b, tuple | list) else b
+            if isinstance(total, int | float) and total > 0:
+                fr.details["kv_mib"] = float(total) / 2**20
+    dtype = getattr(pool, "dtype", None)
+    if dtype is not None:
+        fr.details["kv_dtype"] = str(dtype)
+    mrr = getattr(result, "max_running_requests", None)
+    if isinstance(mrr, int):
+        fr.details["max_running_requests"] = mrr
+
+
 def _budget_hook(rec: Any, phase: str) -> Hook:
     def hook(original: Hook, *args: Any, **kwargs: Any) -> Any:
         result = original(*args, **kwargs)
         try:
-            top = rec._stack[-1] if rec._stack else None
+            top = rec.top
             if top is not None and isinstance(result, int | float):
                 top.details["budget_mib"] = float(result) / 2**20  # KV byte budget
         except Exception:
@@ -197,6 +261,8 @@ def _deepep_hook(rec: Any, phase: str) -> Hook:
 
 def _runtime_hook(rec: Any, phase: str) -> Hook:
     def hook(original: Hook, *args: Any, **kwargs: Any) -> Any:
+        with contextlib.suppress(Exception):
+            rec.runtime_before()  # the first batch is sglang's warm-up request: baseline before it
         result = original(*args, **kwargs)
         with contextlib.suppress(Exception):
             rec.runtime_sample()
@@ -205,16 +271,19 @@ def _runtime_hook(rec: Any, phase: str) -> Hook:
     return hook
 
 
-def _plain_phase(rec: Any, phase: str) -> Hook:
-    return _phase_hook(rec, phase)
-
-
 _HOOKS: dict[str, Callable[[Any, str], Hook]] = {
-    "phase": _plain_phase,
+    "phase": lambda rec, phase: _phase_hook(rec, phase),
     "ranks": lambda rec, phase: _phase_hook(rec, phase, _ranks_after(rec)),
     "baseline": lambda rec, phase: _phase_hook(rec, phase, _baseline_after),
+    "kv": lambda rec, phase: _phase_hook(rec, phase, _kv_after),
+    "decode": lambda rec, phase: _phase_hook(rec, phase, name=_decode_phase_name),
+    "draft": lambda rec, phase: _phase_hook(rec, phase, role="draft"),
     "budget": _budget_hook,
     "ladder": _ladder_hook,
     "deepep": _deepep_hook,
     "runtime": _runtime_hook,
 }
+
+
+def _hook_for(rec: Any, target: Any) -> Hook:
+    return _HOOKS[target.kind](rec, target.phase)

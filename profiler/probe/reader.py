@@ -66,17 +66,16 @@ def rank_label(ranks: dict[str, int], sizes: dict[str, int]) -> str:
 
 
 def _usage(before: Snapshot | None, after: Snapshot | None) -> float | None:
+    """The window's usage in its memory kind (driver on a GPU, RSS on the host); None across kinds — e.g.
+    init_parallel begins before CUDA exists (no driver reading) and ends with one."""
     if before is None or after is None:
         return None
-    if before.free_mib is not None and after.free_mib is not None:
-        return before.free_mib - after.free_mib
-    if before.rss_mib is not None and after.rss_mib is not None:
-        return after.rss_mib - before.rss_mib
-    return None
+    return (after - before).used_mib
 
 
-def read_file(path: Path, run: ProbeRun) -> Rank:
-    """One process's records → a Rank (phases ordered by when they began)."""
+def read_file(path: Path, run: ProbeRun) -> Rank | None:
+    """One process's records → a Rank (phases ordered by when they began); None when the process ran no
+    phase (sglang's DP controller loads plugins too; older probes left an empty file for it)."""
     begins: dict[int, dict[str, Any]] = {}
     ends: dict[int, dict[str, Any]] = {}
     ladders: list[dict[str, Any]] = []
@@ -113,24 +112,31 @@ def read_file(path: Path, run: ProbeRun) -> Rank:
                 runtime = rec
             elif t == "error":
                 run.errors.append(str(rec.get("error")))
+    if not begins and runtime is None:
+        return None
     kind = run.kind or "gpu"
     label = rank_label(ranks, run.sizes)
     rank = Rank(label=label, tp=ranks.get("tp"), dp=ranks.get("dp"), pp=ranks.get("pp"), ep=ranks.get("ep"), pid=pid)
+    rungs = _rungs_by_seq(ladders, begins, ends)
     for seq in sorted(begins):
         b = begins[seq]
         e = ends.get(seq)
-        if e is None:
-            run.in_flight[label] = b["phase"]
-            rank.phases.append(
-                Phase(b["phase"], source="probe", before=_snap(b.get("snap"), kind), details={"in_flight": True})
-            )
-            continue
-        before, after = _snap(e.get("before"), kind), _snap(e.get("after"), kind)
-        details = dict(e.get("details") or {})
-        if e.get("error"):
-            details["error"] = e["error"]
+        details: dict[str, Any] = {"seq": seq}
+        if b.get("role") and b["role"] != "target":
+            details["role"] = b["role"]
         if b.get("parent"):
             details["parent"] = b["parent"]
+            if b.get("parent_seq") is not None:
+                details["parent_seq"] = b["parent_seq"]
+        if e is None:
+            run.in_flight[label] = b["phase"]
+            details["in_flight"] = True
+            rank.phases.append(Phase(b["phase"], source="probe", before=_snap(b.get("snap"), kind), details=details))
+            continue
+        before, after = _snap(e.get("before"), kind), _snap(e.get("after"), kind)
+        details.update(e.get("details") or {})
+        if e.get("error"):
+            details["error"] = e["error"]
         ph = Phase(
             e["phase"],
             source="probe",
@@ -141,37 +147,60 @@ def read_file(path: Path, run: ProbeRun) -> Rank:
             elapsed_s=e.get("elapsed_s"),
             details=details,
         )
-        if ph.name == "decode_graph":
-            ph.ladder = _ladder(ladders, before)
+        ph.ladder = _ladder(rungs.get(seq, []), before)
         rank.phases.append(ph)
     if runtime is not None:
+        base_t = (runtime.get("base") or {}).get("t")
+        if isinstance(base_t, int | float):  # windows that began while serving are inside the runtime window
+            for ph in rank.phases:
+                t0 = begins[ph.details["seq"]].get("t")
+                if not ph.details.get("parent") and isinstance(t0, int | float) and t0 > base_t:
+                    ph.details["parent"] = "runtime"
         base, peak = _snap(runtime.get("base"), kind), _snap(runtime.get("peak"), kind)
-        usage = None
-        if base is not None and peak is not None:
-            if base.free_mib is not None and peak.free_mib is not None:
-                usage = base.free_mib - peak.free_mib
-            elif base.rss_mib is not None and peak.rss_mib is not None:
-                usage = peak.rss_mib - base.rss_mib
+        last = _snap(runtime.get("last"), kind)
+        details = {"batches": runtime.get("batches"), **(runtime.get("details") or {})}
         rank.phases.append(
-            Phase("runtime", source="probe", before=base, peak=peak, usage_mib=usage,
-                  details={"batches": runtime.get("batches")})
+            Phase("runtime", source="probe", before=base, after=last, peak=peak, usage_mib=_usage(base, peak),
+                  details=details)
         )  # fmt: skip
     return rank
 
 
+def _rungs_by_seq(
+    ladders: list[dict[str, Any]], begins: dict[int, dict[str, Any]], ends: dict[int, dict[str, Any]]
+) -> dict[int, list[dict[str, Any]]]:
+    """Ladder records per capture phase: by the `seq` they carry (v2), else (v1) by the time window of the
+    innermost phase of their name that was open when they were written."""
+    out: dict[int, list[dict[str, Any]]] = {}
+    for r in ladders:
+        seq = r.get("seq")
+        if seq is None:
+            t = r.get("t", 0.0)
+            cands = [
+                s for s, b in begins.items()
+                if b["phase"] == r.get("phase") and b.get("t", 0.0) <= t <= ends.get(s, {}).get("t", float("inf"))
+            ]  # fmt: skip
+            seq = max(cands) if cands else None
+        if seq is not None:
+            out.setdefault(int(seq), []).append(r)
+    return out
+
+
 def _ladder(recs: list[dict[str, Any]], before: Snapshot | None) -> list[LadderPoint]:
-    """Per batch size: memory right after its capture (the last reading when a size has variants)."""
+    """Per batch size, in capture order (sglang captures the largest first: `reversed(self.capture_bs)`,
+    decode_cuda_graph_runner.py): memory right after its capture, cumulative since the phase began (the
+    last reading when a size has variants — lora / attention variants capture one shape several times)."""
     by_bs: dict[int, LadderPoint] = {}
     for r in recs:
-        s = r.get("snap") or {}
-        free = s.get("free_mib")
-        used = None
-        if before is not None and before.free_mib is not None and free is not None:
-            used = before.free_mib - free
-        elif before is not None and before.rss_mib is not None and s.get("rss_mib") is not None:
-            used = s["rss_mib"] - before.rss_mib
-        by_bs[int(r["bs"])] = LadderPoint(
-            bs=int(r["bs"]), free_mib=free, used_mib=used, torch_reserved_mib=s.get("torch_reserved_mib")
+        s = _snap(r.get("snap"), "host" if r.get("kind") == "host" else "gpu")
+        used = None if before is None or s is None else (s - before).used_mib
+        bs = int(r["bs"])
+        by_bs.pop(bs, None)  # keep capture order of the last reading
+        by_bs[bs] = LadderPoint(
+            bs=bs,
+            free_mib=s.free_mib if s else None,
+            used_mib=used,
+            torch_reserved_mib=s.torch_reserved_mib if s else None,
         )
     return list(by_bs.values())
 
@@ -180,6 +209,6 @@ def read_probe_dir(d: str | Path) -> ProbeRun:
     """All `probe-*.jsonl` of a worker, one Rank each, ordered by rank label."""
     run = ProbeRun()
     files = sorted(Path(d).glob("probe-*.jsonl"))
-    run.ranks = [read_file(p, run) for p in files]
+    run.ranks = [r for r in (read_file(p, run) for p in files) if r is not None]
     run.ranks.sort(key=lambda r: (r.dp or 0, r.pp or 0, r.tp or 0, r.pid or 0))
     return run

@@ -13,7 +13,7 @@ import inspect
 from dataclasses import dataclass
 from typing import Literal
 
-Kind = Literal["phase", "ladder", "budget", "baseline", "deepep", "runtime", "ranks"]
+Kind = Literal["phase", "ladder", "budget", "baseline", "deepep", "runtime", "ranks", "kv", "decode", "draft"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,21 +28,39 @@ class Target:
 
 _SETUP = "sglang.srt.model_executor.model_runner_components.cuda_graph_setup"
 _KVC = "sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator"
+_SPEC = "sglang.srt.speculative"
 
 #: sglang 0.5.23 (checked by tests against the installed release).
 TARGETS: tuple[Target, ...] = (
     Target("init_parallel", "sglang.srt.distributed.bootstrap.init_parallel_runtime", "ranks"),
     Target("baseline", "sglang.srt.distributed.bootstrap.measure_pre_model_load_memory", "baseline"),
     Target("weights", "sglang.srt.model_executor.model_runner.ModelRunner.load_model"),
-    Target("kv_pool", f"{_KVC}.configure"),
+    Target("kv_pool", f"{_KVC}.configure", "kv"),
     Target("kv_pool", f"{_KVC}._profile_available_bytes", "budget"),
     Target("attention_backends", "sglang.srt.model_executor.model_runner.ModelRunner.init_attention_backends"),
     Target("eager_runner", "sglang.srt.model_executor.runner.eager_runner.EagerRunner.__init__"),
     Target("prefill_graph", f"{_SETUP}.capture_prefill_graph"),
-    Target("decode_graph", f"{_SETUP}.capture_decode_graph"),
+    Target("decode_graph", f"{_SETUP}.capture_decode_graph", "decode"),  # verify_graph when speculative
     Target(
         "decode_graph",
         "sglang.srt.model_executor.runner.decode_cuda_graph_runner.DecodeCudaGraphRunner.capture_one_shape",
+        "ladder",
+    ),
+    # EAGLE drafts build their graphs directly (eagle_worker_v2.py `_capture_cuda_graphs`: the runners'
+    # __init__ captures) and override capture_one_shape, so neither capture_decode_graph nor the base
+    # class's ladder hook sees them.
+    Target("draft_graph", f"{_SPEC}.eagle_draft_cuda_graph_runner.EAGLEDraftCudaGraphRunner.__init__", "draft"),
+    Target(
+        "draft_graph", f"{_SPEC}.eagle_draft_cuda_graph_runner.EAGLEDraftCudaGraphRunner.capture_one_shape", "ladder"
+    ),
+    Target(
+        "draft_extend_graph",
+        f"{_SPEC}.eagle_draft_extend_cuda_graph_runner.EAGLEDraftExtendCudaGraphRunner.__init__",
+        "draft",
+    ),
+    Target(
+        "draft_extend_graph",
+        f"{_SPEC}.eagle_draft_extend_cuda_graph_runner.EAGLEDraftExtendCudaGraphRunner.capture_one_shape",
         "ladder",
     ),
     Target("finalize", f"{_SETUP}.finalize_cuda_graph_capture"),
