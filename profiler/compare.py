@@ -356,7 +356,7 @@ def _ladder(r: Rank | None) -> tuple[tuple[int, float], ...]:
     (`reversed(self.capture_bs)`, decode_cuda_graph_runner.py), so the cumulative MiB falls with bs and the
     last rung holds the whole capture. Probe ladders only (a log's tqdm rung is printed before its size is
     captured, so it cannot be attributed to that size)."""
-    p = _phase(r, "decode_graph")
+    p = _phase(r, "decode_graph") or _phase(r, "verify_graph")  # speculative: the target's verify graph
     if p is None or p.source != "probe":
         return ()
     return tuple((lp.bs, lp.used_mib) for lp in p.ladder if lp.used_mib is not None and lp.bs is not None)

@@ -411,6 +411,11 @@ def attribute(rank: Rank, memory_kind: str, resolution_mib: float | None = None)
     return att
 
 
+def own_usage(window_mib: float, nested_mib: float) -> float:
+    """A window's own usage: what it took minus what the windows nested inside it took (charged to theirs)."""
+    return window_mib - nested_mib
+
+
 def _charge_window(w: _Walk, rank: Rank, p: Phase, host: bool, *, split: bool) -> None:
     """Charge one window: its nested windows to their lines, the rest to its own (torch part) and, after the
     KV pool on a GPU, its non-torch growth to `parallel`. Moves the cursor to the window's end reading."""
@@ -431,7 +436,7 @@ def _charge_window(w: _Walk, rank: Rank, p: Phase, host: bool, *, split: bool) -
         kids_net += cn
         kids_reserved += (c.delta.reserved_mib if c.delta is not None else None) or 0.0
         w.charge(_line_of(c), _window_name(c), cn, cn, chow, f"{c.name} window Δ ({layer}), inside {p.name}")
-    own = net - kids_net
+    own = own_usage(net, kids_net)
     peak, peak_how = _peak_above(p, host, b - a)
     peak_own = max(own, peak - kids_net)
     how_own = how if peak_how == "read" else peak_how

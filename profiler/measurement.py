@@ -183,7 +183,7 @@ class Phase:
 
     @property
     def role(self) -> str:
-        """"target", or "draft" for a speculative draft model's repeat of a phase (probe tag / log order)."""
+        """ "target", or "draft" for a speculative draft model's repeat of a phase (probe tag / log order)."""
         return str(self.details.get("role") or "target")
 
 

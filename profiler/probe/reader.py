@@ -153,7 +153,7 @@ def read_file(path: Path, run: ProbeRun) -> Rank | None:
         base_t = (runtime.get("base") or {}).get("t")
         if isinstance(base_t, int | float):  # windows that began while serving are inside the runtime window
             for ph in rank.phases:
-                t0 = begins[ph.details["seq"]].get("t")
+                t0 = (begins[ph.details["seq"]].get("snap") or {}).get("t")  # same clock as the base snapshot
                 if not ph.details.get("parent") and isinstance(t0, int | float) and t0 > base_t:
                     ph.details["parent"] = "runtime"
         base, peak = _snap(runtime.get("base"), kind), _snap(runtime.get("peak"), kind)

@@ -1,0 +1,431 @@
+"""A simulated CUDA device and sglang 0.5.23's call sequence, driven through memfrac's REAL probe hooks.
+
+This is the test double for the one layer that needs a GPU (profiler/probe/snapshot.py): `SimDevice` keeps
+the driver's free memory and torch's allocator counters (allocated / reserved, current and peak, cached
+blocks released only by empty_cache), and `SimProbe` reads it exactly as `Probe.snapshot()` reads CUDA.
+Everything above it is memfrac's own code: `plugin._HOOKS` wrap the simulated sglang functions, the real
+`Recorder` writes probe JSONL (format v2), and tests read that back with the real reader, ledger and
+comparison. Each step cites the sglang 0.5.23 source it replays (paths inside the `sglang` package).
+
+`write_trace(name, out_dir)` writes one scenario's JSONL (`python -m tests.fakes.sim_worker DIR` writes them
+all, to read by eye).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from profiler.measurement import Snapshot
+from profiler.probe import plugin
+from profiler.probe.recorder import Recorder
+
+H200_MIB = 143771.0
+
+
+@dataclass
+class SimDevice:
+    """Driver + caching-allocator arithmetic of one GPU, in MiB. `raw` is memory outside torch (cudaMalloc
+    by NCCL/DeepEP, NVSHMEM heap, the CUDA context)."""
+
+    total: float = H200_MIB
+    cuda_up: bool = False
+    raw: float = 0.0
+    allocated: float = 0.0
+    cached: float = 0.0  # reserved but not allocated (released by empty_cache)
+    pool: float = 0.0  # CUDA-graph private pool: reserved, kept by empty_cache
+    peak_allocated: float = 0.0
+    peak_reserved: float = 0.0
+    resets: list[str] = field(default_factory=list)
+
+    @property
+    def reserved(self) -> float:
+        return self.allocated + self.cached + self.pool
+
+    @property
+    def free(self) -> float:
+        return self.total - self.raw - self.reserved
+
+    def _peaks(self) -> None:
+        self.peak_allocated = max(self.peak_allocated, self.allocated)
+        self.peak_reserved = max(self.peak_reserved, self.reserved)
+
+    def alloc(self, mib: float) -> None:
+        """torch.empty: served from the cache first, else new reserved memory."""
+        use = min(self.cached, mib)
+        self.cached -= use
+        self.allocated += mib
+        self._peaks()
+
+    def release(self, mib: float) -> None:
+        """A tensor freed: its blocks stay reserved in torch's cache."""
+        self.allocated -= mib
+        self.cached += mib
+
+    def transient(self, mib: float) -> None:
+        """Activations of one forward: allocated, then freed to the cache."""
+        self.alloc(mib)
+        self.release(mib)
+
+    def graph_pool(self, mib: float) -> None:
+        """A CUDA graph's private pool grows (reserved, survives empty_cache)."""
+        self.pool += mib
+        self._peaks()
+
+    def raw_alloc(self, mib: float) -> None:
+        self.raw += mib
+
+    def empty_cache(self, *_: Any) -> None:
+        self.cached = 0.0
+
+    def reset_peak_memory_stats(self, *_: Any) -> None:
+        self.peak_allocated, self.peak_reserved = self.allocated, self.reserved
+        self.resets.append("reset")
+
+
+class SimProbe:
+    """`profiler.probe.snapshot.Probe`'s interface over a SimDevice (the CUDA layer's test double)."""
+
+    def __init__(self, dev: SimDevice, clock: Callable[[], float]) -> None:
+        self.dev = dev
+        self.clock = clock
+        self._torch = SimpleNamespace(
+            cuda=SimpleNamespace(empty_cache=dev.empty_cache, reset_peak_memory_stats=dev.reset_peak_memory_stats)
+        )
+
+    @property
+    def cuda(self) -> bool:
+        return self.dev.cuda_up
+
+    @property
+    def kind(self) -> str:
+        return "gpu"
+
+    def snapshot(self, nvml: bool = True) -> Snapshot:
+        s = Snapshot(kind="gpu", t=self.clock(), rss_mib=900.0, rss_peak_mib=900.0)
+        if not self.dev.cuda_up:
+            return s
+        d = self.dev
+        s.device, s.free_mib, s.total_mib = 0, d.free, d.total
+        s.torch_allocated_mib, s.torch_reserved_mib = d.allocated, d.reserved
+        s.torch_peak_allocated_mib, s.torch_peak_reserved_mib = d.peak_allocated, d.peak_reserved
+        return s
+
+    def reset_peaks(self) -> None:
+        if self.dev.cuda_up:
+            self.dev.peak_allocated, self.dev.peak_reserved = self.dev.allocated, self.dev.reserved
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1_780_000_000.0
+
+    def __call__(self) -> float:
+        self.t += 0.25
+        return self.t
+
+
+# ---------------------------------------------------------------------------------------------------------
+# sglang's objects, as the hooks see them
+# ---------------------------------------------------------------------------------------------------------
+
+
+class _Spec:
+    def __init__(self, speculative: bool) -> None:
+        self._s = speculative
+
+    def is_speculative(self) -> bool:
+        return self._s
+
+
+def model_runner(draft: bool = False, speculative: bool = False) -> SimpleNamespace:
+    """What the hooks read off a ModelRunner (model_runner.py: `self.is_draft_worker`, `self.spec_algorithm`)."""
+    return SimpleNamespace(is_draft_worker=draft, spec_algorithm=_Spec(speculative))
+
+
+class DeepEPBuffer:
+    """layers/moe/token_dispatcher/deepep.py `DeepEPBuffer.get_deepep_buffer`: builds the buffer once."""
+
+    _buffer = None
+
+    @classmethod
+    def _state(cls) -> SimpleNamespace:
+        return SimpleNamespace(buffer=cls._buffer)
+
+
+class Sim:
+    """One scheduler process: a device, a recorder, and the hooks the plugin installs."""
+
+    def __init__(self, out_dir: Path, pid: int, tp_rank: int = 0) -> None:
+        self.dev = SimDevice()
+        self.clock = Clock()
+        self.rec = Recorder(str(out_dir), probe=SimProbe(self.dev, self.clock))  # type: ignore[arg-type]
+        self.rec.pid = pid
+        self.rec.path = str(out_dir / f"probe-{pid}.jsonl")
+        self.rec.start_record = {"type": "start", "kind": "gpu", "sglang_version": "0.5.23", "targets": []}
+        self.tp_rank = tp_rank
+        self.rec.guard_peak_resets()
+
+    def hook(self, kind: str, phase: str) -> Callable[..., Any]:
+        return plugin._HOOKS[kind](self.rec, phase)
+
+    def call(self, kind: str, phase: str, body: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return self.hook(kind, phase)(body, *args, **kwargs)
+
+    def close(self) -> None:
+        if self.rec._f is not None:
+            self.rec._f.close()
+
+    # --- the startup steps ------------------------------------------------------------------------------
+    def init_parallel(self, context_mib: float = 520.0, nccl_mib: float = 280.0) -> None:
+        """distributed/bootstrap.py `init_parallel_runtime`: no CUDA context before it; NCCL after."""
+
+        def body() -> None:
+            self.dev.cuda_up = True
+            self.dev.raw_alloc(context_mib + nccl_mib)
+            self.rec.ranks = {"tp": self.tp_rank}
+
+        self.call("phase", "init_parallel", body)
+
+    def baseline(self, draft: bool = False) -> None:
+        """bootstrap.py `measure_pre_model_load_memory(*, device, is_draft_worker)`: returns free GiB."""
+        self.call("baseline", "baseline", lambda **_: self.dev.free / 1024, device="cuda", is_draft_worker=draft)
+
+    def weights(self, mib: float, mr: Any) -> None:
+        """model_runner.py `ModelRunner.load_model`."""
+        self.call("phase", "weights", lambda _mr: self.dev.alloc(mib), mr)
+
+    def kv_pool(self, kv_mib: float, req_to_token_mib: float, bytes_per_token: float, mr: Any) -> None:
+        """kv_cache_configurator.py `KVCacheConfigurator.configure` → KVCacheConfigResult (the pool's
+        `mem_usage` is GiB, as its "KV Cache is allocated" line prints)."""
+        cfg = SimpleNamespace(is_draft_worker=mr.is_draft_worker)
+
+        def body(_self: Any) -> Any:
+            self.dev.alloc(kv_mib + req_to_token_mib)
+            tokens = int(kv_mib * 2**20 // bytes_per_token)
+            pool = SimpleNamespace(mem_usage=kv_mib / 1024, dtype="torch.bfloat16")
+            return SimpleNamespace(max_total_num_tokens=tokens, token_to_kv_pool=pool, max_running_requests=2048)
+
+        self.call("kv", "kv_pool", body, cfg)
+
+    def attention_backends(self, mib: float, mr: Any) -> None:
+        self.call("phase", "attention_backends", lambda _mr: self.dev.alloc(mib), mr)
+
+    def eager_runner(self, static_mib: float, warmup_mib: float, mr: Any) -> None:
+        """runner/eager_runner.py `EagerRunner.__init__(model_runner)`: the fixed-max static buffer, then a
+        warm-up forward whose activations stay in torch's cache (cuda_graph_setup.py capture_cuda_graphs)."""
+
+        def body(_self: Any, _mr: Any) -> None:
+            self.dev.alloc(static_mib)
+            self.dev.transient(warmup_mib)
+
+        self.call("phase", "eager_runner", body, object(), mr)
+
+    def prefill_graph(
+        self, pool_mib: float, warmup_mib: float, mr: Any, precarve_reset: bool = False, inside: Any = None
+    ) -> None:
+        """cuda_graph_setup.py `capture_prefill_graph`: get_available_gpu_memory(empty_cache=True) before
+        "Capture … prefill CUDA graph begin", the largest bucket's warm-up, the graph into the shared pool
+        (runner_utils/pool.py), and get_available_gpu_memory(empty_cache=True) again before "… end".
+        `precarve_reset`: runner_utils/pool.py GraphPoolPrecarve.measure — torch.cuda.empty_cache();
+        torch.cuda.reset_peak_memory_stats() — between warm-up and capture (SGLANG_ENABLE_GRAPH_POOL_PRECARVE)."""
+
+        def body(*, model_runner: Any, eager_runner: Any) -> None:
+            self.dev.empty_cache()
+            self.dev.transient(warmup_mib)
+            if precarve_reset:
+                self.dev.empty_cache()
+                self.rec.probe._torch.cuda.reset_peak_memory_stats()
+            if inside is not None:
+                inside()
+            self.dev.graph_pool(pool_mib)
+            self.dev.empty_cache()
+
+        self.call("phase", "prefill_graph", body, model_runner=mr, eager_runner=object())
+
+    def decode_graph(self, rungs: list[tuple[int, float]], mr: Any, inside_first: Any = None) -> None:
+        """cuda_graph_setup.py `capture_decode_graph`: empty_cache, then DecodeCudaGraphRunner captures
+        `reversed(self.capture_bs)` (decode_cuda_graph_runner.py `_capture_one_stream`), one
+        `capture_one_shape(bs, forward, …)` each; the first capture's warm-up runs the first MoE dispatch
+        (where DeepEP creates its buffer: `inside_first`). `rungs`: (bs, pool growth) in capture order."""
+        ladder = self.hook("ladder", "decode_graph")
+
+        def body(*, model_runner: Any) -> None:
+            self.dev.empty_cache()
+            runner = object()
+            for i, (bs, grow) in enumerate(rungs):
+
+                def one(_runner: Any, size: int, _forward: Any, _grow: float = grow, _first: bool = i == 0) -> None:
+                    if _first and inside_first is not None:
+                        inside_first()
+                    self.dev.graph_pool(_grow)
+
+                ladder(one, runner, bs, None)
+            self.dev.empty_cache()
+
+        self.call("decode", "decode_graph", body, model_runner=mr)
+
+    def deepep_buffer(self, mib: float) -> None:
+        """The first `DeepEPBuffer.get_deepep_buffer(group, hidden, param_bytes, mode, tokens, experts)`:
+        deep_ep/buffers/legacy.py allocates the NVL buffer (cudaMalloc/IPC) and the RDMA buffer in the
+        NVSHMEM heap — outside torch's allocator."""
+
+        def body(cls: Any, *_a: Any) -> None:
+            self.dev.raw_alloc(mib)
+            cls._buffer = object()
+
+        DeepEPBuffer._buffer = None
+        self.call("deepep", "deepep_buffer", body, DeepEPBuffer, None, 7168, 2, "low_latency", 128, 256)
+
+    def finalize(self, mib: float, mr: Any) -> None:
+        """cuda_graph_setup.py `finalize_cuda_graph_capture(model_runner)`."""
+        self.call("phase", "finalize", lambda _mr: self.dev.alloc(mib), mr)
+
+    def draft_graph(self, phase: str, rungs: list[tuple[int, float]]) -> None:
+        """eagle_worker_v2.py `_capture_cuda_graphs`: `EAGLEDraftCudaGraphRunner(self)` /
+        `EAGLEDraftExtendCudaGraphRunner(self)` capture in __init__, each through its own capture_one_shape."""
+        ladder = self.hook("ladder", phase)
+
+        def body(_self: Any, _worker: Any) -> None:
+            self.dev.empty_cache()
+            for bs, grow in rungs:
+                ladder(lambda _r, size, _f, _g=grow: self.dev.graph_pool(_g), object(), bs, None)
+
+        self.call("draft", phase, body, object(), SimpleNamespace(draft_runner=model_runner(draft=True)))
+
+    def disaggregation_init(self, mib: float) -> None:
+        """managers/scheduler.py `Scheduler.init_disaggregation` (PD roles)."""
+        self.call("phase", "disaggregation_init", lambda _s: self.dev.alloc(mib), object())
+
+    def serve(self, batches: list[float]) -> None:
+        """managers/scheduler.py `Scheduler.run_batch` per batch; the first is sglang's own warm-up request.
+        Activations are freed to torch's cache at the end of each batch."""
+        hook = self.hook("runtime", "runtime")
+        for act in batches:
+            hook(lambda _s, _b, _a=act: self.dev.transient(_a), object(), object())
+        self.rec.flush_runtime()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The scenarios (MiB). Llama-3.1-8B bf16 KV: 2 × 32 layers × 8 heads × 128 × 2 B = 131,072 B per token.
+# ---------------------------------------------------------------------------------------------------------
+
+LLAMA_BPT = 131072.0
+DECODE_RUNGS = [(256, 900.0), (128, 20.0), (64, 10.0), (32, 6.0), (16, 4.0), (8, 2.0), (4, 2.0), (2, 2.0), (1, 2.0)]
+
+
+def unified(out: Path) -> None:
+    """A unified worker: prefill graph first, then decode graphs reusing its pool (growth beyond 500 MiB:
+    400 at bs 256), a precarve peak reset inside the prefill capture, and a light serving load."""
+    s = Sim(out, 1001)
+    mr = model_runner()
+    s.init_parallel()
+    s.baseline()
+    s.weights(15400.0, mr)
+    s.kv_pool(117000.0, 400.0, LLAMA_BPT, mr)
+    s.attention_backends(60.0, mr)
+    s.eager_runner(240.0, 700.0, mr)
+    s.prefill_graph(500.0, 1500.0, mr, precarve_reset=True)
+    s.decode_graph([(256, 400.0), *DECODE_RUNGS[1:]], mr)
+    s.finalize(20.0, mr)
+    s.serve([300.0, 250.0, 200.0])
+    s.close()
+
+
+def decode(out: Path, deepep: bool = False) -> None:
+    """A PD decode worker: no prefill graph (role gating), decode graphs with their own 900 MiB pool, the
+    warm-up request (1,800 MiB of activations) before a 2,300 MiB serving peak. `deepep`: the DeepEP buffer
+    (2,500 MiB, outside torch) and a lazily created NCCL buffer (64 MiB) inside the first decode capture."""
+    s = Sim(out, 2001 if not deepep else 3001)
+    mr = model_runner()
+    s.init_parallel()
+    s.baseline()
+    s.weights(15400.0, mr)
+    s.kv_pool(117000.0, 400.0, LLAMA_BPT, mr)
+    s.attention_backends(60.0, mr)
+    s.eager_runner(240.0, 700.0, mr)
+    first = None
+    if deepep:
+
+        def first() -> None:
+            s.deepep_buffer(2500.0)
+            s.dev.raw_alloc(64.0)
+
+    s.decode_graph(DECODE_RUNGS, mr, inside_first=first)
+    s.finalize(20.0, mr)
+    s.disaggregation_init(30.0)
+    s.serve([1800.0, 2300.0, 2000.0])
+    s.close()
+
+
+def prefill(out: Path) -> None:
+    """A PD prefill worker: the prefill graph only, chunked-prefill activations of 3,000 MiB while serving."""
+    s = Sim(out, 4001)
+    mr = model_runner()
+    s.init_parallel()
+    s.baseline()
+    s.weights(15400.0, mr)
+    s.kv_pool(110000.0, 400.0, LLAMA_BPT, mr)
+    s.attention_backends(60.0, mr)
+    s.eager_runner(240.0, 700.0, mr)
+    s.prefill_graph(500.0, 1200.0, mr)
+    s.finalize(20.0, mr)
+    s.disaggregation_init(30.0)
+    s.serve([2500.0, 3000.0])
+    s.close()
+
+
+def eagle(out: Path) -> None:
+    """A unified EAGLE worker: the draft ModelRunner repeats baseline, weights, kv_pool, attention backends,
+    eager runner and finalize (eagle_worker_v2.py builds TpModelWorker(is_draft_worker=True)); the target's
+    capture_decode_graph captures the verify graph; the draft's own graphs come from its runners' __init__."""
+    s = Sim(out, 5001)
+    target, draft = model_runner(speculative=True), model_runner(draft=True, speculative=True)
+    s.init_parallel()
+    s.baseline()
+    s.weights(15400.0, target)
+    s.baseline(draft=True)
+    s.weights(900.0, draft)
+    s.kv_pool(110000.0, 400.0, LLAMA_BPT, target)
+    s.kv_pool(3000.0, 0.0, 4096.0, draft)
+    s.attention_backends(60.0, target)
+    s.attention_backends(20.0, draft)
+    s.eager_runner(240.0, 700.0, target)
+    s.prefill_graph(500.0, 1200.0, target)
+    s.decode_graph([(64, 1100.0), (32, 20.0), (16, 10.0), (8, 6.0), (4, 4.0), (2, 2.0), (1, 2.0)], target)
+    s.finalize(20.0, target)
+    s.eager_runner(50.0, 100.0, draft)
+    s.finalize(0.0, draft)
+    s.draft_graph("draft_graph", [(64, 280.0), (32, 10.0), (16, 10.0)])
+    s.draft_graph("draft_extend_graph", [(64, 140.0), (32, 10.0)])
+    s.serve([1500.0, 1900.0])
+    s.close()
+
+
+SCENARIOS: dict[str, Callable[[Path], None]] = {
+    "unified": unified,
+    "decode": decode,
+    "decode-deepep": lambda out: decode(out, deepep=True),
+    "prefill": prefill,
+    "eagle": eagle,
+}
+
+
+def write_trace(name: str, out_dir: Path) -> Path:
+    """Run one scenario through the real probe; its probe-<pid>.jsonl lands in `out_dir/name`."""
+    d = out_dir / name
+    d.mkdir(parents=True, exist_ok=True)
+    for old in d.glob("probe-*.jsonl"):
+        old.unlink()
+    SCENARIOS[name](d)
+    return d
+
+
+if __name__ == "__main__":
+    root = Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/memfrac-sim")
+    for n in SCENARIOS:
+        print(write_trace(n, root))
