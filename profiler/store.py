@@ -2,7 +2,8 @@
 
     RESULTS/
       results.parquet     one row per run × term (plus a `total` row per run), typed, schema-versioned
-      ladder.parquet      decode-graph memory per captured batch size, one row per run × bs
+      ladder.parquet      decode-graph memory per captured batch size, one row per run × bs, in capture order
+      ledger.parquet      the books of each run's ranks at their worst point (profiler.ledger), one row per line
       measurements/       the Measurement records (JSON), one per run
       raw/                artifacts of runs (sglang log, probe JSONL, server_info, …), one folder per run
       environment.json    GPU model and count, driver, CUDA, torch, sglang, deep_ep, PYTORCH_CUDA_ALLOC_CONF
@@ -90,6 +91,11 @@ RESULT_COLUMNS: dict[str, str] = {
     "derived_from": "string",  # set when a sweep did not start this scenario but estimated it from that run's ladder
     "hidden_size": "Int64",
     "num_experts": "Int64",
+    # heuristic inputs taken from defaults rather than read (comma-separated; "" = all read; NA = unknown):
+    # calibration fits a term only from runs whose inputs for that term were read
+    "defaulted_inputs": "string",
+    "ledger_closes": "boolean",  # the judged rank's books close (NA: they could not be opened)
+    "ledger_residual_mib": "float64",
     "recorded_at": "float64",
 }
 LADDER_COLUMNS: dict[str, str] = {
@@ -101,8 +107,27 @@ LADDER_COLUMNS: dict[str, str] = {
     "mode": "string",
     "tp": "Int64",
     "bs": "Int64",
-    "used_mib": "float64",
+    "capture_index": "Int64",  # 0 = captured first (the largest bs: sglang captures reversed(capture_bs))
+    "used_mib": "float64",  # cumulative since the capture began: falls with bs
     "reserved_mib": "float64",  # the heuristic's line: 2 MiB × bs
+}
+LEDGER_COLUMNS: dict[str, str] = {
+    "schema_version": "int64",
+    "run_id": "string",
+    "rank": "string",
+    "judged": "boolean",  # the rank the run's verdict is about (closest to OOM)
+    "order": "Int64",  # line order: weights, kv_pool, terms…, unattributed, headroom
+    "line": "string",
+    "mib": "float64",
+    "how": "string",  # read | implied | estimated
+    "source": "string",
+    "worst_point": "string",
+    "free_at_start_mib": "float64",  # NA when the record shows no reading before the weights
+    "opening_mib": "float64",  # where the books open: free_at_start, or the first reading there is
+    "opens_at": "string",
+    "residual_mib": "float64",  # opening − Σ lines
+    "closes": "boolean",
+    "after_worst": "string",  # lines charged after the worst point (not held there), "name MiB; …"
 }
 
 
@@ -119,6 +144,7 @@ class RunContext:
     num_experts: int | None = None
     deepep_device_mib: float | None = None
     derived_from: str | None = None
+    defaulted_inputs: str | None = None  # see RESULT_COLUMNS; None = unknown
 
 
 def _atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -195,6 +221,9 @@ def result_rows(m: Measurement, c: Comparison, ctx: RunContext = RunContext()) -
         "derived_from": ctx.derived_from,
         "hidden_size": ctx.hidden_size,
         "num_experts": ctx.num_experts,
+        "defaulted_inputs": ctx.defaulted_inputs if ctx.defaulted_inputs is not None else defaulted_inputs(m),
+        "ledger_closes": None if c.ledger is None else c.ledger.closes,
+        "ledger_residual_mib": None if c.ledger is None else c.ledger.residual_mib,
         "recorded_at": time.time(),
     }
     rows = []
@@ -227,6 +256,34 @@ def result_rows(m: Measurement, c: Comparison, ctx: RunContext = RunContext()) -
     return rows
 
 
+#: Heuristic inputs a log may leave to defaults, and the server args that carry them.
+HEURISTIC_ARGS = {
+    "decode_max_bs": ("cuda_graph_max_bs", "cuda_graph_max_bs_decode", "cuda_graph_bs", "cuda_graph_bs_decode",
+                      "cuda_graph_config"),
+    "chunked_prefill_size": ("chunked_prefill_size",),
+    "max_running_requests": ("max_running_requests",),
+    "prefill_bs": ("cuda_graph_bs_prefill", "piecewise_cuda_graph_tokens", "cuda_graph_max_bs_prefill",
+                   "piecewise_cuda_graph_max_tokens", "cuda_graph_config", "disable_piecewise_cuda_graph"),
+}  # fmt: skip
+
+
+def defaulted_inputs(m: Measurement) -> str | None:
+    """Which heuristic inputs of a run were defaults rather than read. A memfrac run gives sglang every input
+    through its scenario (resolved values come back in /server_info): none. A log: those whose args it does
+    not print (`args_from` names where each printed one came from, when the log parser records it)."""
+    if m.source == "probe":
+        return ""
+    if not m.args:
+        return None
+    printed = getattr(m, "args_from", None) or {}
+    missing = [
+        name
+        for name, keys in HEURISTIC_ARGS.items()
+        if not any(k in m.args and printed.get(k, "read") != "default" for k in keys)
+    ]
+    return ",".join(missing)
+
+
 def ladder_rows(m: Measurement, c: Comparison) -> list[dict[str, Any]]:
     i = m.identity
     return [
@@ -239,11 +296,42 @@ def ladder_rows(m: Measurement, c: Comparison) -> list[dict[str, Any]]:
             "mode": i.mode,
             "tp": i.tp,
             "bs": bs,
+            "capture_index": k,
             "used_mib": used,
             "reserved_mib": 2.0 * bs,
         }
-        for bs, used in c.ladder
+        for k, (bs, used) in enumerate(c.ladder)
     ]
+
+
+def ledger_rows(m: Measurement, c: Comparison) -> list[dict[str, Any]]:
+    """Every rank's books, one row per line (the judged rank flagged)."""
+    rows = []
+    judged = c.ledger.rank if c.ledger is not None else None
+    for L in c.ledgers:
+        after = "; ".join(f"{x.name} {x.mib:.0f}" for x in L.after_worst)
+        for k, ln in enumerate(L.lines):
+            rows.append(
+                {
+                    "schema_version": SCHEMA_VERSION,
+                    "run_id": m.id,
+                    "rank": L.rank,
+                    "judged": L.rank == judged,
+                    "order": k,
+                    "line": ln.name,
+                    "mib": ln.mib,
+                    "how": ln.how,
+                    "source": ln.source,
+                    "worst_point": L.worst_point,
+                    "free_at_start_mib": L.free_at_start_mib,
+                    "opening_mib": L.opening_mib,
+                    "opens_at": L.opens_at,
+                    "residual_mib": L.residual_mib,
+                    "closes": L.closes,
+                    "after_worst": after,
+                }
+            )
+    return rows
 
 
 def _versions() -> dict[str, str | None]:
@@ -315,6 +403,10 @@ class Store:
         return self.root / "ladder.parquet"
 
     @property
+    def ledger_path(self) -> Path:
+        return self.root / "ledger.parquet"
+
+    @property
     def manifest_path(self) -> Path:
         return self.root / "manifest.json"
 
@@ -359,14 +451,16 @@ class Store:
     ) -> None:
         """Record measurements and their comparisons (replacing earlier rows of the same run_id)."""
         items = list(items)
-        rows, lrows = [], []
+        rows, lrows, grows = [], [], []
         for m, c, ctx in items:
             m.save(self.root / "measurements" / f"{_safe(m.id)}.json")
             rows += result_rows(m, c, ctx)
             lrows += ladder_rows(m, c)
+            grows += ledger_rows(m, c)
         ids = {m.id for m, _, _ in items}
         self._append(self.results_path, rows, RESULT_COLUMNS, ids)
         self._append(self.ladder_path, lrows, LADDER_COLUMNS, ids)
+        self._append(self.ledger_path, grows, LEDGER_COLUMNS, ids)
         if run_key is not None:
             man = self.manifest()
             man["runs"][run_key] = {"status": status, "ids": sorted(ids), "at": time.time(), **(extra or {})}
@@ -377,6 +471,10 @@ class Store:
         if path.exists():
             old = pd.read_parquet(path)
             old = old[~old["run_id"].isin(ids)]
+            for col in columns:  # a directory written before a column existed: NA there
+                if col not in old.columns:
+                    old[col] = None
+            old = old[list(columns)]
             new = pd.concat([old.astype(columns), new], ignore_index=True) if len(old) else new
         _atomic_parquet(path, new)
 
@@ -398,11 +496,30 @@ def load_results(root: str | Path) -> pd.DataFrame:
     return df.astype({k: v for k, v in RESULT_COLUMNS.items() if k in df.columns})
 
 
-def load_ladder(root: str | Path) -> pd.DataFrame:
-    p = Path(root) / "ladder.parquet"
+def _load_optional(root: str | Path, name: str, columns: dict[str, str]) -> pd.DataFrame:
+    """A table that older results directories may lack: an empty typed frame then; columns added since are NA."""
+    p = Path(root) / name
     if not p.exists():
-        return _typed([], LADDER_COLUMNS)
-    return pd.read_parquet(p).astype(LADDER_COLUMNS)
+        return _typed([], columns)
+    df = pd.read_parquet(p)
+    for col in columns:
+        if col not in df.columns:
+            df[col] = None
+    return df[list(columns)].astype(columns)
+
+
+def load_ladder(root: str | Path) -> pd.DataFrame:
+    """ladder.parquet in capture order (largest bs first) per run."""
+    df = _load_optional(root, "ladder.parquet", LADDER_COLUMNS)
+    if df["capture_index"].isna().all() and len(df):  # schema before capture_index: rows were ascending bs
+        df = df.sort_values(["run_id", "bs"], ascending=[True, False], kind="stable")
+        df["capture_index"] = df.groupby("run_id").cumcount().astype("Int64")
+    return df.reset_index(drop=True)
+
+
+def load_ledger(root: str | Path) -> pd.DataFrame:
+    """ledger.parquet (empty for results written before the ledger existed)."""
+    return _load_optional(root, "ledger.parquet", LEDGER_COLUMNS)
 
 
 def load_measurements(root: str | Path) -> list[Measurement]:

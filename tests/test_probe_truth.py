@@ -285,3 +285,57 @@ def test_derived_variant_reads_the_whole_capture_from_the_last_rung(traces):
     d = derive_variant(c, res128, "decode-128", 128)
     assert d.used_after_kv_mib == 3128.0
     assert d.ladder[0] == (128, 920.0) and d.ledger is None
+
+
+# --- the store keeps the books ----------------------------------------------------------------------------
+
+
+def test_results_directory_holds_the_ledger_and_the_ladder_in_capture_order(traces, tmp_path):
+    """ledger.parquet: the decode run's lines sum to F per rank; ladder.parquet keeps capture order
+    (capture_index 0 = bs 256); a probe run's inputs all came from its scenario (defaulted_inputs "")."""
+    from profiler.store import RunContext, Store, load_ladder, load_ledger, load_results
+
+    m = _m(traces["decode"], "decode", "decode")
+    c = compare(m, reserve(HeuristicInputs(mode="decode", **LLAMA), R23))
+    st = Store(tmp_path / "R")
+    st.init()
+    st.add([(m, c, RunContext())], run_key="decode")
+    led = load_ledger(tmp_path / "R")
+    assert set(led["line"]) == {"weights", "kv_pool", "constant", "activation", "parallel", "decode_graph", "headroom"}
+    assert led["mib"].sum() == F and led["closes"].all() and led["judged"].all()
+    lad = load_ladder(tmp_path / "R")
+    assert list(lad["bs"]) == [256, 128, 64, 32, 16, 8, 4, 2, 1] and list(lad["capture_index"]) == list(range(9))
+    res = load_results(tmp_path / "R")
+    assert set(res["defaulted_inputs"]) == {""} and res["ledger_closes"].all()
+
+
+def test_a_log_names_the_inputs_it_left_to_defaults():
+    """A log whose server_args print no cuda_graph_max_bs / chunked_prefill_size: those came from defaults."""
+    from profiler.store import defaulted_inputs
+
+    m = Measurement(id="x", source="log", args={"tp_size": 8, "chunked_prefill_size": 8192})
+    assert defaulted_inputs(m) == "decode_max_bs,max_running_requests,prefill_bs"
+    assert defaulted_inputs(Measurement(id="y", source="log")) is None  # no args at all: unknown
+
+
+# --- term verdict boundaries, both sides -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("reserved", "measured", "resolution", "verdict"),
+    [
+        (1000.0, 1010.24, 10.24, "fits"),  # measured ≤ reserved + resolution: within what the readings resolve
+        (1000.0, 1010.25, 10.24, "under"),
+        (1000.0, 1000.0, 0.0, "fits"),
+        (1000.0, 1000.01, 0.0, "under"),
+        (2000.0, 1000.0, 0.0, "fits"),  # over when the slack exceeds max(512, half the reserve) = 1,000
+        (2000.0, 999.99, 0.0, "over"),
+        (800.0, 288.0, 0.0, "fits"),  # max(512, 400) = 512: 800 − 288 = 512 is not more
+        (800.0, 287.99, 0.0, "over"),
+        (800.0, None, 0.0, "unobservable"),
+    ],
+)
+def test_term_verdict_boundaries(reserved, measured, resolution, verdict):
+    from profiler.compare import _verdict
+
+    assert _verdict(reserved, measured, resolution) == verdict
