@@ -1052,8 +1052,34 @@ def render_text(c: Calibration) -> str:
     return "\n".join(lines)
 
 
-def run_calibrate(results: list[str], quantile: float = 1.0, margin_mib: float = 256.0, json_out: bool = False) -> int:
-    """The command: print the calibration (text, or the same as one JSON object)."""
+def run_calibrate(
+    results: list[str],
+    quantile: float = 1.0,
+    margin_mib: float = 256.0,
+    json_out: bool = False,
+    out: str | None = None,
+    emit_patch: str | None = None,
+) -> int:
+    """The command: print the calibration (text, or one JSON object); write calibration.json and the patch."""
+    import sys
+
+    from profiler.upstream import make_patch, write_calibration
+
     cal = calibrate(results, quantile, margin_mib)
-    print(json.dumps(cal.as_dict(), indent=1) if json_out else render_text(cal))
+    patch = make_patch(cal) if emit_patch else None  # refuses before anything is written
+    if emit_patch != "-":
+        print(json.dumps(cal.as_dict(), indent=1) if json_out else render_text(cal))
+    say = (lambda m: print(m, file=sys.stderr)) if json_out or emit_patch == "-" else print
+    if out:
+        d = write_calibration(cal, out)
+        say(f"wrote {out}: {len(d['terms'])} term(s) fitted ({', '.join(d['terms']) or 'none'}), rules {d['rules']}")
+    if patch is not None:
+        if emit_patch == "-":
+            sys.stdout.write(patch.diff)
+        else:
+            Path(emit_patch).write_text(patch.diff)
+            say(f"wrote {emit_patch}: a patch for sglang {patch.version}'s {patch.hook}")
+        say(f"patch replaces: {', '.join(patch.replaced)}")
+        for k, why in patch.left:
+            say(f"patch leaves {k}: {why}")
     return 0

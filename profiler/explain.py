@@ -168,3 +168,41 @@ def render_compare(s: Scenario, ra: Reservation, rb: Reservation) -> str:
     for d in sorted(steps_b - steps_a):
         out.append(f"  only {b}: {d}")
     return "\n".join(out)
+
+
+def render_calibrated(e: Explanation, cr: Any, source: str = "calibration.json") -> str:
+    """Today's and the calibrated reserve per term, the fraction each gives, and what the KV pool gains or the
+    OOM it avoids (`memfrac explain --calibration`; `cr` is a profiler.upstream.CalibratedReserve)."""
+    from profiler import ui
+
+    s = e.scenario
+    rows = [[t.name, _mib(t.today_mib), _mib(t.calibrated_mib), _mib(t.calibrated_mib - t.today_mib), t.how]
+            for t in cr.terms if t.today_mib or t.calibrated_mib]  # fmt: skip
+    rows.append(["reserved", _mib(cr.today_mib), _mib(cr.calibrated_mib), _mib(cr.calibrated_mib - cr.today_mib), ""])
+    rows.append(["fraction", f"{cr.today_fraction:.3f}", f"{cr.calibrated_fraction:.3f}",
+                 f"{cr.calibrated_fraction - cr.today_fraction:+.3f}", "round((gpu − reserved) ÷ gpu, 3)"])  # fmt: skip
+    head = ["term", "today MiB", "calibrated MiB", "Δ MiB", "calibrated from"]
+    out = [
+        f"{s.name}: today's and the calibrated reserve ({source}) on {s.gpu.name} ({s.gpu.total_mib} MiB), "
+        f"mode {s.mode}",
+        ui.table(head, rows, right=[False, True, True, True, False]),
+    ]
+    free = None if e.kv.free_at_start_assumed else e.kv.free_at_start_mib
+    a, b = kv_budget(s, cr.today_fraction, free), kv_budget(s, cr.calibrated_fraction, free)
+    where = "assumed = capacity" if e.kv.free_at_start_assumed else "given"
+    out.append(f"KV tokens per GPU (free at start {where}): today {a.tokens:,} → calibrated {b.tokens:,} "
+               f"({b.tokens - a.tokens:+,})")  # fmt: skip
+    short = cr.calibrated_mib - cr.today_mib
+    if short > 0:
+        out.append(
+            f"today's reserve is {_mib(short)} MiB short of what the measured runs need: the calibrated reserve avoids "
+            f"an out-of-memory after the KV pool, at the cost of {a.tokens - b.tokens:,} KV tokens"
+        )
+    elif short < 0:
+        gain = b.tokens - a.tokens
+        out.append(f"the calibrated reserve gives {_mib(-short)} MiB back to the KV cache ({gain:+,} tokens)")
+    if e.reservation.given:
+        out.append(f"mem_fraction_static is given ({e.reservation.mem_fraction_static}): sglang uses it whatever the "
+                   "constants; the fractions above are what the heuristic would pick")  # fmt: skip
+    out += [f"note: {n}" for n in cr.notes]
+    return "\n".join(out)
