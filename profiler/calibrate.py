@@ -1066,13 +1066,20 @@ def run_calibrate(
     from profiler.upstream import make_patch, write_calibration
 
     cal = calibrate(results, quantile, margin_mib)
-    patch = make_patch(cal) if emit_patch else None  # refuses before anything is written
+    patch, refusal = None, None
+    if emit_patch:
+        try:
+            patch = make_patch(cal)
+        except MemfracError as e:  # said after the calibration itself is printed and written
+            refusal = e
     if emit_patch != "-":
         print(json.dumps(cal.as_dict(), indent=1) if json_out else render_text(cal))
     say = (lambda m: print(m, file=sys.stderr)) if json_out or emit_patch == "-" else print
     if out:
         d = write_calibration(cal, out)
         say(f"wrote {out}: {len(d['terms'])} term(s) fitted ({', '.join(d['terms']) or 'none'}), rules {d['rules']}")
+    if refusal is not None:
+        raise refusal
     if patch is not None:
         if emit_patch == "-":
             sys.stdout.write(patch.diff)
