@@ -167,3 +167,30 @@ def test_bad_calibration_files(tmp_path: Path, capsys: pytest.CaptureFixture[str
         assert msg in capsys.readouterr().err
     assert main(["explain", scen, "--calibration", str(tmp_path / "none.json")]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+def test_patch_from_the_bundled_real_logs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """What `make run` stores on a CPU machine besides its host-memory smoke run: the bundled real logs. With
+    defaulted_inputs recorded (pr8258's bs list defaulted, the rest read), the decode constant is the largest
+    remaining measured ÷ (reserved ÷ 2) — Llama-4-Maverick, 6338.6 MiB at bs 160 ≈ 39.6 MiB/bs — and the patch
+    carries it, rounded up to 4 significant digits, and applies to the installed 0.5.23 memory_hook.py."""
+    from profiler.ingest import run_ingest
+    from profiler.store import load_results
+    from tests.conftest import FIXTURES
+    from tests.fixtures.results.handmade import mark_defaulted
+
+    res = tmp_path / "logs"
+    run_ingest([str(FIXTURES / "logs")], out=str(res), echo=lambda s: None)
+    mark_defaulted(res, {"sglang-pr8258.log#0": "decode_max_bs"})
+    df = load_results(res)
+    dg = df[(df["term"] == "decode_graph") & df["term_verdict"].isin(["under", "fits", "over"])]
+    dg = dg[dg["run_id"] != "sglang-pr8258.log#0"]
+    top = float((dg["measured_mib"] / (dg["reserved_mib"] / 2)).max())
+    assert 39.5 < top < 39.7
+    patch, cal = tmp_path / "p.patch", tmp_path / "c.json"
+    assert main(["calibrate", str(res), "--out", str(cal), "--emit-patch", str(patch)]) == 0
+    capsys.readouterr()
+    assert json.loads(cal.read_text())["terms"]["decode_graph"]["params"]["mib_per_bs"] == pytest.approx(top)
+    new = _apply(patch, tmp_path).read_text()
+    assert f"        reserved_mem += decode_cuda_graph_config.max_bs * {ceil_sig(top):g}\n" in new
+    assert ceil_sig(top) >= top
