@@ -18,6 +18,16 @@ Q = 1 takes the largest per-run ratio, so no run the constant was fitted on is u
 sweep estimated from another start's ladder are not evidence and stay out of the fits. The margin is added only
 where a constant is absolute MiB (a per-unit slope already scales with its run). The decode-graph constant
 becomes MiB per bs per unit of hidden size when every run knows its hidden size and there are at least two.
+
+Only read inputs are evidence. x comes from today's reserve, and today's reserve from the heuristic's inputs
+(decode max_bs, chunked_prefill_size, …); when a log did not print one and memfrac took sglang's default, x is
+a guess and the ratio measured ÷ x means nothing (a default bs list once made a 47 MiB/bs "constant"). So a
+run enters a term's fit only when results.parquet's `defaulted_inputs` (comma-separated HeuristicInputs
+names taken from defaults; "" when every input was read) names none of the inputs that term's x rests on
+(`X_INPUTS`); NA or a missing column is unknown and excludes the run from every term that rests on inputs.
+Every exclusion is listed with its reason. Beside leave-one-out (by worker start) the fit is tested
+leave-one-model-out, its residuals (fitted − measured, MiB) are reported, and it is refitted per model
+family, attention backend and a2a backend where at least `MIN_GROUP_RUNS` runs of two groups support it.
 """
 
 from __future__ import annotations
@@ -32,8 +42,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from profiler import ui
 from profiler.deepep import analytic_sizes, inputs_from_model_config
 from profiler.errors import MemfracError
+from profiler.heuristic import DEFAULT_RULES
 from profiler.heuristic.record import SGLANG_TERM_SOURCE, TERM_NAMES
 from profiler.modelcfg import MLA_ARCHITECTURES
 from profiler.store import load_ladder, load_results
@@ -47,6 +59,32 @@ FLOOR_MIB = 10 * 1024.0
 PRE_FLOOR = ("constant", "activation", "parallel", "decode_graph", "dp_padding", "prefill_graph", "prefill_bcg_deepep")
 POST_FLOOR = ("deepep_a2a", "speculative", "xpu")
 _BAD_RUN = ("oom_during_capture", "oom_startup", "oom_runtime", "failed")
+#: A group (model family, attention backend, a2a backend) gets a fit of its own from this many runs.
+MIN_GROUP_RUNS = 3
+
+_GRAPH_DECODE = ("decode_max_bs", "decode_bs", "decode_backend", "disable_cuda_graph")
+_ACTIVATION = ("chunked_prefill_size", "max_prefill_tokens", "max_running_requests", "speculative_num_draft_tokens",
+               "decode_max_bs", "decode_bs")  # fmt: skip
+_PREFILL = ("chunked_prefill_size", "prefill_max_bs", "prefill_bs", "prefill_backend", "max_total_tokens")
+#: The heuristic inputs (HeuristicInputs names, as `defaulted_inputs` lists them) each constant's x rests on.
+X_INPUTS: dict[str, tuple[str, ...]] = {
+    "constant": (),
+    "activation": _ACTIVATION,
+    "parallel": ("tp", "pp"),
+    "decode_graph": _GRAPH_DECODE,
+    "prefill_graph": _PREFILL,
+    "prefill_graph_mla": ("prefill_backend",),
+    # the floor's evidence is the whole pre-floor sum (was the floor on?) and the post-floor reserves
+    "floor_topup": ("gpu_mem_mib", "tp", "pp", *_ACTIVATION, *_GRAPH_DECODE, *_PREFILL, "attn_dp", "deepep_tokens"),
+    "deepep_a2a": ("deepep_tokens", "deepep_mode", "moe_a2a_backend"),
+}
+#: sglang's flag names and memfrac's column names for the same inputs.
+_INPUT_ALIASES = {
+    "tp_size": "tp", "pp_size": "pp", "attn_dp_size": "attn_dp", "cuda_graph_max_bs": "decode_max_bs",
+    "cuda_graph_bs": "decode_bs", "cuda_graph_max_bs_decode": "decode_max_bs", "cuda_graph_bs_decode": "decode_bs",
+    "cuda_graph_max_bs_prefill": "prefill_max_bs", "cuda_graph_bs_prefill": "prefill_bs",
+    "deepep_dispatch_tokens": "deepep_tokens", "gpu_total_mib": "gpu_mem_mib",
+}  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +132,9 @@ class Obs:
     hidden: int | None = None
     unit_floor: float | None = None  # a per-unit rate the constant must also cover (decode ladder slope)
     group: str = ""  # the worker start that measured it: leave-one-out leaves the whole start out
+    family: str = ""  # model family (architecture without its head suffix)
+    attention: str = ""  # attention backend, when the results record it
+    a2a: str = ""  # moe_a2a_backend
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,11 +157,31 @@ class Fit:
 
 @dataclass(frozen=True, slots=True)
 class GroupFit:
-    """The constant of one model (or hidden size) alone, to show how much models differ."""
+    """The constant fitted on one group alone (a model family, an attention or a2a backend, a hidden size)."""
 
+    dimension: str  # "model family" | "attention backend" | "a2a backend" | "hidden size" | "model"
     group: str
     runs: int
-    value: float
+    value: float  # in the term's unit (MiB per unit, or MiB)
+
+
+@dataclass(frozen=True, slots=True)
+class Excluded:
+    """A run that measured the term but is not evidence for its constant, and why."""
+
+    run_id: str
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class HeldOut:
+    """A fit tested on runs it was not fitted on: each held-out set predicted by the fit on the others."""
+
+    by: str  # "worker start" | "model"
+    sets: int  # how many held-out sets (worker starts or models)
+    tested: int  # runs predicted
+    under: tuple[str, ...]  # runs the held-out fit under-reserves
+    residuals: tuple[tuple[str, float], ...] = ()  # (run, held-out prediction − measured MiB)
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,10 +203,22 @@ class TermResult:
     loo_under: tuple[str, ...]
     groups: tuple[GroupFit, ...] = ()
     notes: tuple[str, ...] = ()
+    excluded: tuple[Excluded, ...] = ()
+    lomo: HeldOut | None = None  # leave-one-model-out (None: fewer than two models)
+    loo: HeldOut | None = None  # leave-one-worker-start-out, with residuals
+    residuals: tuple[float, ...] = ()  # fitted − measured MiB, aligned with observations (≥ 0: covered)
 
     @property
     def runs(self) -> int:
         return len(self.observations)
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        return tuple(sorted({o.model for o in self.observations}))
+
+    @property
+    def starts(self) -> int:
+        return len({o.group for o in self.observations})
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,6 +275,8 @@ class Calibration:
     ladders: tuple[LadderSlope, ...]
     deepep_examples: tuple[DeepEPExample, ...] = ()
     notes: tuple[str, ...] = field(default=())
+    rules: str = ""  # the sglang rule set the evidence was sized with (most runs')
+    sglang_version: str | None = None  # the sglang release most evidence ran (None: not recorded)
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -299,11 +374,55 @@ def derived_runs(df: pd.DataFrame) -> set[str]:
     return set(df.loc[est, "run_id"].astype(str))
 
 
-def _observable(df: pd.DataFrame, term: str) -> pd.DataFrame:
-    """Rows where the term was on (reserved > 0), measured, and compared on GPU memory."""
+def family(row: pd.Series) -> str:
+    """The model family: the architecture without its head ('LlamaForCausalLM' → 'Llama'); '' when unknown."""
+    arch = as_text(row.get("architecture"))
+    for suffix in ("ForCausalLMNextN", "ForCausalLM", "ForConditionalGeneration", "LMHeadModel", "Model"):
+        if arch.endswith(suffix) and len(arch) > len(suffix):
+            return arch[: -len(suffix)]
+    return arch
+
+
+def defaulted_inputs(row: pd.Series) -> frozenset[str] | None:
+    """The heuristic inputs of this run taken from defaults rather than read (None: unknown)."""
+    if "defaulted_inputs" not in row.index:
+        return None
+    v = row["defaulted_inputs"]
+    if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)):
+        return None
+    names = (n.strip() for n in str(v).split(","))
+    return frozenset(_INPUT_ALIASES.get(n, n) for n in names if n)
+
+
+def input_exclusion(row: pd.Series, key: str) -> str | None:
+    """Why this run's x for constant `key` is not evidence (None: every input it rests on was read)."""
+    needs = X_INPUTS[key]
+    if not needs:
+        return None
+    got = defaulted_inputs(row)
+    if got is None:
+        where = "no defaulted_inputs column" if "defaulted_inputs" not in row.index else "defaulted_inputs is NA"
+        return f"unknown whether {', '.join(needs[:3])}{', …' if len(needs) > 3 else ''} were read ({where})"
+    hit = sorted(got & set(needs))
+    if hit:
+        return f"x rests on {', '.join(hit)}, taken from defaults rather than read"
+    return None
+
+
+def _candidates(df: pd.DataFrame, term: str) -> pd.DataFrame:
+    """Rows where the term was on (reserved > 0) and measured against its reserve."""
     rows = df[(df["term"] == term) & df["term_verdict"].isin(["under", "fits", "over"])]
     rows = rows[rows["reserved_mib"].fillna(0) > 0]
-    return rows[rows["measured_mib"].notna() & (rows["memory_kind"].fillna("gpu") == "gpu")]
+    return rows[rows["measured_mib"].notna()]
+
+
+def _screen(row: pd.Series, key: str, derived: set[str]) -> str | None:
+    """Why a measured row is not evidence for constant `key` (None: it is)."""
+    if str(row["run_id"]) in derived:
+        return f"not started: estimated from run {as_text(row.get('derived_from'))}'s ladder"
+    if as_text(row.get("memory_kind"), "gpu") != "gpu":
+        return "host memory (a CPU run), not GPU memory"
+    return input_exclusion(row, key)
 
 
 def _obs(row: pd.Series, x: float, measured: float | None = None, unit_floor: float | None = None) -> Obs:
@@ -318,31 +437,47 @@ def _obs(row: pd.Series, x: float, measured: float | None = None, unit_floor: fl
         hidden=int(hidden) if hidden else None,
         unit_floor=unit_floor,
         group=as_text(row.get("group")) or str(row["run_id"]),
+        family=family(row),
+        attention=as_text(row.get("attention_backend")),
+        a2a=as_text(row.get("moe_a2a_backend")),
     )
 
 
-def observations(df: pd.DataFrame, slopes: dict[str, LadderSlope]) -> dict[str, list[Obs]]:
-    """The evidence for every fittable constant (see the module table); derived scenarios left out."""
-    df = df[~df["run_id"].isin(derived_runs(df))]
+def observations(
+    df: pd.DataFrame, slopes: dict[str, LadderSlope]
+) -> tuple[dict[str, list[Obs]], dict[str, list[Excluded]]]:
+    """The evidence for every fittable constant (see the module table), and the runs left out with why."""
+    derived = derived_runs(df)
     out: dict[str, list[Obs]] = {k: [] for k in SPECS}
+    excl: dict[str, list[Excluded]] = {k: [] for k in SPECS}
+
+    def take(key: str, r: pd.Series) -> bool:
+        why = _screen(r, key, derived)
+        if why is not None:
+            excl[key].append(Excluded(str(r["run_id"]), why))
+        return why is None
+
     for key in ("activation", "parallel", "decode_graph"):
-        for _, r in _observable(df, key).iterrows():
+        for _, r in _candidates(df, key).iterrows():
+            if not take(key, r):
+                continue
             floor = None
             if key == "decode_graph" and (s := slopes.get(str(r["run_id"]))) and s.slope_mib_per_bs is not None:
                 floor = s.slope_mib_per_bs
             out[key].append(_obs(r, float(r["reserved_mib"]) / _DIVISOR[key], unit_floor=floor))
-    for _, r in _observable(df, "prefill_graph").iterrows():
-        if is_mla(r, float(r["reserved_mib"])):
-            out["prefill_graph_mla"].append(_obs(r, 1.0))
-        else:
-            out["prefill_graph"].append(_obs(r, float(r["reserved_mib"]) / 8.0))
-    for _, r in _observable(df, "constant").iterrows():
-        out["constant"].append(_obs(r, 1.0))
-    for _, r in _observable(df, "deepep_a2a").iterrows():
-        analytic = as_float(r.get("deepep_analytic_mib"))
-        out["deepep_a2a"].append(_obs(r, analytic if analytic and analytic > 0 else 0.0))
-    out["floor_topup"] = floor_observations(df)
-    return out
+    for _, r in _candidates(df, "prefill_graph").iterrows():
+        key = "prefill_graph_mla" if is_mla(r, float(r["reserved_mib"])) else "prefill_graph"
+        if take(key, r):
+            out[key].append(_obs(r, 1.0) if key == "prefill_graph_mla" else _obs(r, float(r["reserved_mib"]) / 8.0))
+    for _, r in _candidates(df, "constant").iterrows():
+        if take("constant", r):
+            out["constant"].append(_obs(r, 1.0))
+    for _, r in _candidates(df, "deepep_a2a").iterrows():
+        if take("deepep_a2a", r):
+            analytic = as_float(r.get("deepep_analytic_mib"))
+            out["deepep_a2a"].append(_obs(r, analytic if analytic and analytic > 0 else 0.0))
+    out["floor_topup"], excl["floor_topup"] = floor_observations(df[~df["run_id"].isin(derived)])
+    return out, excl
 
 
 def _run_terms(df: pd.DataFrame) -> dict[str, pd.DataFrame]:
@@ -365,14 +500,14 @@ def _reserved(terms: pd.DataFrame, names: Sequence[str]) -> float:
     return float(sel["reserved_mib"].fillna(0).sum())
 
 
-def floor_observations(df: pd.DataFrame) -> list[Obs]:
+def floor_observations(df: pd.DataFrame) -> tuple[list[Obs], list[Excluded]]:
     """What the pre-floor terms had to cover in runs the floor sized (its top-up was on), in capacity MiB.
 
     need = used after the KV pool − post-floor reserves (+ the activation reserve when no serving load was
     seen), scaled by gpu_total ÷ free_at_start because sglang applies the fraction to capacity but the
     worker only gets free_at_start × (1 − mfs).
     """
-    out = []
+    out, excl = [], []
     by_run = _run_terms(df)
     totals = df[(df["term"] == "total") & ~df["verdict"].isin(_BAD_RUN)]
     for _, t in totals.iterrows():
@@ -382,6 +517,10 @@ def floor_observations(df: pd.DataFrame) -> list[Obs]:
             continue
         if not (terms[terms["term"] == "floor_topup"]["reserved_mib"].fillna(0) > 0).any():
             continue  # the floor did not size this run: its terms were above it
+        why = input_exclusion(t, "floor_topup")
+        if why is not None:
+            excl.append(Excluded(str(t["run_id"]), why))
+            continue
         act = terms[terms["term"] == "activation"]
         seen = act["term_verdict"].isin(["under", "fits", "over"]).any()
         unseen_act = 0.0 if seen else float(act["reserved_mib"].fillna(0).sum())
@@ -393,7 +532,7 @@ def floor_observations(df: pd.DataFrame) -> list[Obs]:
         row = t.copy()
         row["reserved_mib"] = pre
         out.append(_obs(row, 1.0, measured=need))
-    return out
+    return out, excl
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -468,19 +607,34 @@ def _under(fit: Fit, o: Obs) -> bool:
     return o.measured > fit.predict(o) + TOLERANCE_MIB
 
 
-def leave_one_out(key: str, obs: Sequence[Obs], q: float, margin: float) -> tuple[int, tuple[str, ...]]:
-    """(runs tested, runs under-reserved) when each worker start's runs are predicted by the fit on the others."""
+def held_out(key: str, obs: Sequence[Obs], q: float, margin: float, by: str = "worker start") -> HeldOut | None:
+    """Each set of runs (one worker start, or one model) predicted by the fit on all the others.
+
+    None when there are fewer than two sets: nothing can be held out.
+    """
     fitter = _FITTERS[key]
     if key == "deepep_a2a":
         obs = [o for o in obs if o.x > 0] or list(obs)
-    groups = sorted({o.group for o in obs})
-    if len(groups) < 2:
-        return 0, ()
-    under = []
-    for g in groups:
-        fit = fitter([o for o in obs if o.group != g], q, margin)
-        under += [o.run_id for o in obs if o.group == g and _under(fit, o)]
-    return len(obs), tuple(sorted(under))
+    label = (lambda o: o.group) if by == "worker start" else (lambda o: o.model)
+    sets = sorted({label(o) for o in obs})
+    if len(sets) < 2:
+        return None
+    under: list[str] = []
+    resid: list[tuple[str, float]] = []
+    for g in sets:
+        fit = fitter([o for o in obs if label(o) != g], q, margin)
+        for o in obs:
+            if label(o) == g:
+                resid.append((o.run_id, fit.predict(o) - o.measured))
+                if _under(fit, o):
+                    under.append(o.run_id)
+    return HeldOut(by, len(sets), len(resid), tuple(sorted(under)), tuple(resid))
+
+
+def leave_one_out(key: str, obs: Sequence[Obs], q: float, margin: float) -> tuple[int, tuple[str, ...]]:
+    """(runs tested, runs under-reserved) when each worker start's runs are predicted by the fit on the others."""
+    h = held_out(key, obs, q, margin, "worker start")
+    return (0, ()) if h is None else (h.tested, h.under)
 
 
 def _formula(spec: Spec, fit: Fit) -> str:
@@ -494,14 +648,45 @@ def _formula(spec: Spec, fit: Fit) -> str:
     return f"{fit.constant:.0f} MiB"
 
 
-def _groups(obs: Sequence[Obs], q: float) -> tuple[GroupFit, ...]:
-    """Per model (hidden size when known) constants: shown when at least two models are in the data."""
-    by: dict[str, list[Obs]] = {}
-    for o in obs:
-        by.setdefault(f"hidden {o.hidden}" if o.hidden else o.model, []).append(o)
-    if len(by) < 2:
-        return ()
-    return tuple(GroupFit(g, len(v), upper_quantile([_ratio(o, False) for o in v], q)) for g, v in sorted(by.items()))
+def _fit_value(fit: Fit) -> float:
+    """A fit as one number in its term's unit: the slope (per hidden: per 1024 of hidden size) or the MiB."""
+    return fit.slope * 1024 if fit.form == "per_hidden" else fit.slope if fit.form in ("per_unit", "deepep") else (
+        fit.constant)  # fmt: skip
+
+
+_DIMENSIONS: tuple[tuple[str, Callable[[Obs], str]], ...] = (
+    ("model family", lambda o: o.family),
+    ("attention backend", lambda o: o.attention),
+    ("a2a backend", lambda o: o.a2a),
+)
+
+
+def _groups(key: str, obs: Sequence[Obs], q: float, margin: float) -> tuple[GroupFit, ...]:
+    """The constant refitted per model family, attention backend and a2a backend, where the data supports it.
+
+    A dimension is shown when at least two of its groups (known values) have `MIN_GROUP_RUNS` runs each; only
+    those groups are fitted (smaller groups stay in the pooled fit only). The decode graph also shows the
+    per-model (or per-hidden-size) ratios whenever two models are in the data, as a spread.
+    """
+    out: list[GroupFit] = []
+    fitter = _FITTERS[key]
+    for dim, label in _DIMENSIONS:
+        by: dict[str, list[Obs]] = {}
+        for o in obs:
+            if label(o):
+                by.setdefault(label(o), []).append(o)
+        big = {g: v for g, v in by.items() if len(v) >= MIN_GROUP_RUNS}
+        if len(big) >= 2:
+            out += [GroupFit(dim, g, len(v), _fit_value(fitter(v, q, margin))) for g, v in sorted(big.items())]
+    if key == "decode_graph":
+        per: dict[str, list[Obs]] = {}
+        for o in obs:
+            per.setdefault(f"hidden {o.hidden}" if o.hidden else o.model, []).append(o)
+        if len(per) >= 2:
+            dim = "hidden size" if all(o.hidden for o in obs) else "model"
+            out += [GroupFit(dim, g, len(v), upper_quantile([_ratio(o, False) for o in v], q))
+                    for g, v in sorted(per.items())]  # fmt: skip
+    return tuple(out)
 
 
 def _form_note(key: str, obs: Sequence[Obs], fit: Fit) -> str:
@@ -520,27 +705,34 @@ def _form_note(key: str, obs: Sequence[Obs], fit: Fit) -> str:
     return {"per_unit": "one constant", "flat": "absolute MiB (+ margin)"}.get(fit.form, fit.form)
 
 
-def evaluate_term(key: str, obs: Sequence[Obs], q: float, margin: float) -> TermResult:
-    """Fit one constant and judge it: under-reserved runs today and fitted, and leave-one-out."""
+def evaluate_term(
+    key: str, obs: Sequence[Obs], q: float, margin: float, excluded: Sequence[Excluded] = ()
+) -> TermResult:
+    """Fit one constant and judge it: under-reserved runs today and fitted, residuals, LOO and LOMO."""
     spec = SPECS[key]
     src = SGLANG_TERM_SOURCE[spec.term]
     under_today = tuple(o.run_id for o in obs if o.measured > o.reserved + TOLERANCE_MIB)
     if not obs:
-        return TermResult(key, spec.term, src, spec.today, spec.unit, (), None,
-                          "not observable in these results", "", (), (), 0, ())  # fmt: skip
+        formula = "no evidence from read inputs" if excluded else "not observable in these results"
+        return TermResult(key, spec.term, src, spec.today, spec.unit, (), None, formula, "", (), (), 0, (),
+                          excluded=tuple(excluded))  # fmt: skip
     fit = _FITTERS[key](obs, q, margin)
     notes: list[str] = []
     if key == "deepep_a2a" and any(o.x <= 0 for o in obs) and fit.form == "deepep":
         notes.append(f"{sum(o.x <= 0 for o in obs)} run(s) without an analytic size were left out of the fit")
         obs = [o for o in obs if o.x > 0]
-    tested, loo = leave_one_out(key, obs, q, margin)
-    if tested == 0:
+    loo = held_out(key, obs, q, margin, "worker start")
+    if loo is None:
         notes.append("one worker start: leave-one-out needs at least two")
+    lomo = held_out(key, obs, q, margin, "model")
+    if lomo is None:
+        notes.append("one model: leave-one-model-out needs at least two")
     return TermResult(
         key=key, term=spec.term, sglang_source=src, today=spec.today, unit=spec.unit, observations=tuple(obs),
         fit=fit, formula=_formula(spec, fit), form_note=_form_note(key, obs, fit), under_today=under_today,
-        under_fitted=tuple(o.run_id for o in obs if _under(fit, o)), loo_tested=tested, loo_under=loo,
-        groups=_groups(obs, q) if key == "decode_graph" else (), notes=tuple(notes),
+        under_fitted=tuple(o.run_id for o in obs if _under(fit, o)), loo_tested=loo.tested if loo else 0,
+        loo_under=loo.under if loo else (), groups=_groups(key, obs, q, margin), notes=tuple(notes),
+        excluded=tuple(excluded), lomo=lomo, loo=loo, residuals=tuple(fit.predict(o) - o.measured for o in obs),
     )  # fmt: skip
 
 
@@ -709,8 +901,13 @@ def calibrate(
             "KV recovered counts them"
         )
     slopes = ladder_slopes(ladder[~ladder["run_id"].isin(derived)])
-    obs = observations(df, slopes)
-    terms = tuple(evaluate_term(k, obs[k], quantile_q, margin_mib) for k in SPECS)
+    obs, excluded = observations(df, slopes)
+    terms = tuple(evaluate_term(k, obs[k], quantile_q, margin_mib, excluded[k]) for k in SPECS)
+    if "defaulted_inputs" not in df.columns and len(df):
+        notes.append(
+            "results.parquet has no defaulted_inputs column: whether the heuristic's inputs were read or defaulted "
+            "is unknown, so only terms whose x rests on no input (constant, MLA prefill graph) are fitted"
+        )
     fits = {t.key: t.fit for t in terms if t.fit is not None}
 
     def union(attr: str) -> tuple[str, ...]:
@@ -731,51 +928,71 @@ def calibrate(
         runs=int(df["run_id"].nunique()), terms=terms, unobservable=_unobservable(terms, df),
         scenarios_under_today=union("under_today"), scenarios_under_fitted=union("under_fitted"),
         scenarios_loo_under=union("loo_under"), kv=kv_recovered(df, fits), ladders=tuple(slopes.values()),
-        deepep_examples=examples, notes=tuple(notes),
+        deepep_examples=examples, notes=tuple(notes), rules=_most_common(df, terms, "rules") or DEFAULT_RULES.name,
+        sglang_version=_most_common(df, terms, "sglang_version"),
     )  # fmt: skip
+
+
+def _most_common(df: pd.DataFrame, terms: Sequence[TermResult], col: str) -> str | None:
+    """The most common value of a run-level column over the runs the fits rest on (all runs when none)."""
+    if col not in df.columns or not len(df):
+        return None
+    runs = {o.run_id for t in terms for o in t.observations}
+    rows = df[df["run_id"].isin(runs)] if runs else df
+    vals = rows.drop_duplicates("run_id")[col].dropna().astype(str)
+    vals = vals[vals != ""]
+    return str(vals.value_counts().sort_index().idxmax()) if len(vals) else None
 
 
 def _label(t: TermResult) -> str:
     return t.term + (" (MLA)" if t.key == "prefill_graph_mla" else "")
 
 
-def _evidence_row(t: TermResult, o: Obs) -> list[str]:
-    fitted = "—" if t.fit is None else f"{t.fit.predict(o):.1f}"
-    under = "yes" if o.run_id in t.under_fitted else "no"
-    return [o.run_id[:52], o.model[:28], f"{o.x:g}", f"{o.measured:.1f}", f"{o.reserved:.1f}", fitted, under]
+def _evidence_row(t: TermResult, o: Obs, resid: float) -> list[Any]:
+    fitted = None if t.fit is None else f"{t.fit.predict(o):.1f}"
+    loo = dict(t.loo.residuals) if t.loo else {}
+    lomo = dict(t.lomo.residuals) if t.lomo else {}
+    held = [None if r is None else f"{r:+.1f}" for r in (loo.get(o.run_id), lomo.get(o.run_id))]
+    return [o.run_id[:52], o.model[:28], f"{o.x:g}", f"{o.measured:.1f}", f"{o.reserved:.1f}", fitted,
+            f"{resid:+.1f}", *held]  # fmt: skip
 
 
 def _today_text(t: TermResult) -> str:
     return f"{t.today:g} MiB" + (f"/{t.unit}" if t.unit else "")
 
 
-def _table(head: list[str], rows: list[list[str]]) -> list[str]:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(head)]
-    out = ["  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)).rstrip()]
-    out.append("  ".join("-" * w for w in widths))
-    out += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
-    return out
+def residual_range(values: Sequence[float]) -> str:
+    """'+0.0 … +812.4' (fitted − measured MiB; negative: under-reserved)."""
+    return "—" if not values else f"{min(values):+.1f} … {max(values):+.1f}"
+
+
+def _held_text(h: HeldOut | None) -> str:
+    return "n/a" if h is None else f"{len(h.under)}/{h.tested}"
 
 
 def render_text(c: Calibration) -> str:
-    """The calibration as a maintainer reads it: one line per sglang term, then the evidence."""
+    """The calibration as a maintainer reads it: one line per sglang term, then the evidence (profiler.ui)."""
     q = "max" if c.quantile == 1.0 else f"{c.quantile:g}-quantile"
     lines = [
-        f"memfrac calibrate: {c.runs} runs from {len(c.results)} results dir(s); constant = {q} of the per-run "
-        f"ratios; +{c.margin_mib:g} MiB margin on absolute constants",
+        f"memfrac calibrate: {c.runs} runs from {len(c.results)} results dir(s), sized by sglang {c.rules} rules; "
+        f"constant = {q} of the per-run ratios; +{c.margin_mib:g} MiB margin on absolute constants",
         "",
     ]
     rows = []
     for t in c.terms:
         if t.fit is None:
             continue
-        loo = f"{len(t.loo_under)}/{t.loo_tested}" if t.loo_tested else "n/a"
-        rows.append([_label(t), _today_text(t), t.formula, str(t.runs), str(len(t.under_today)),
-                     str(len(t.under_fitted)), loo])  # fmt: skip
+        rows.append([_label(t), _today_text(t), t.formula, t.runs, len(t.models), len(t.excluded),
+                     len(t.under_today), len(t.under_fitted), residual_range(t.residuals), _held_text(t.loo),
+                     _held_text(t.lomo)])  # fmt: skip
     if rows:
-        lines += _table(["sglang term", "today", "fitted", "runs", "under today", "under fitted", "LOO under"], rows)
+        head = ["sglang term", "today", "fitted", "runs", "models", "excluded", "under today", "under fitted",
+                "residual MiB", "LOO under", "LOMO under"]  # fmt: skip
+        right = [False, False, False, True, True, True, True, True, True, True, True]
+        lines.append(ui.table(head, rows, right=right, caption="residual = fitted − measured (negative: under); "
+                              "LOO: each worker start held out; LOMO: each model held out"))  # fmt: skip
     else:
-        lines.append("no constant can be fitted: no term is observable in these results")
+        lines.append("no constant can be fitted: no term is observable from read inputs in these results")
     lines += ["", "where each lives in sglang (memory_hook.py):"]
     for t in c.terms:
         if t.fit is not None and t.key != "prefill_graph_mla":
@@ -783,18 +1000,27 @@ def render_text(c: Calibration) -> str:
     lines += ["", "not fitted:"]
     for t in c.terms:
         if t.fit is None:
-            lines.append(f"  {_label(t)}: not observable in these results (needs {SPECS[t.key].needs})")
+            why = (f"{len(t.excluded)} run(s) measured it, none from read inputs (see below)" if t.excluded
+                   else f"not observable in these results (needs {SPECS[t.key].needs})")  # fmt: skip
+            lines.append(f"  {_label(t)}: {why}")
     for name, why in c.unobservable:
         if name not in {t.term for t in c.terms}:
             lines.append(f"  {name}: {why}")
     for t in c.terms:
-        if t.fit is None:
-            continue
-        lines += ["", f"{_label(t)}: {t.form_note}; x = {SPECS[t.key].x_from}"]
-        ev = [_evidence_row(t, o) for o in t.observations]
-        lines += ["  " + s for s in _table(["run", "model", "x", "measured", "today", "fitted", "fitted under?"], ev)]
-        lines += [f"  {g.group}: {g.value:.4g} MiB/{t.unit} ({g.runs} run(s))" for g in t.groups]
-        lines += [f"  note: {n}" for n in t.notes]
+        if t.fit is not None:
+            lines += ["", f"{_label(t)}: {t.form_note}; x = {SPECS[t.key].x_from}"]
+            ev = [_evidence_row(t, o, r) for o, r in zip(t.observations, t.residuals, strict=True)]
+            head = ["run", "model", "x", "measured", "today", "fitted", "residual", "LOO residual", "LOMO residual"]
+            lines.append(ui.table(head, ev, right=[False, False, *([True] * 7)]))
+            if t.groups:
+                g = [[x.dimension, x.group, x.runs, f"{x.value:.4g}"] for x in t.groups]
+                unit = f"MiB/{t.unit}" if t.unit else "MiB"
+                title = f"{_label(t)} fitted per group (≥ {MIN_GROUP_RUNS} runs a group)"
+                lines.append(ui.table(["by", "group", "runs", unit], g, right=[False, False, True, True], title=title))
+            lines += [f"  note: {n}" for n in t.notes]
+        if t.excluded:
+            lines += ["", f"{_label(t)}: {len(t.excluded)} run(s) excluded from the fit:"]
+            lines += [f"  {e.run_id}: {e.why}" for e in t.excluded]
     if c.ladders:
         lines += ["", "decode ladders (least-squares MiB per captured bs, cumulative capture memory):"]
         lines += [
@@ -816,18 +1042,51 @@ def render_text(c: Calibration) -> str:
     lines += [f"  fitted, under: {r}" for r in c.scenarios_under_fitted]
     lines += [f"  leave-one-out, under: {r}" for r in c.scenarios_loo_under]
     lines += ["", "KV memory recovered with the fitted constants (negative: given up to stop under-reservation):"]
-    kv = [[k.mode, str(k.runs), f"{k.mib:,.0f}", f"{k.mean_mib:,.0f}", "—" if k.tokens is None else f"{k.tokens:,}",
-           str(k.runs_without_bytes_per_token), str(k.runs_given_mfs)] for k in c.kv]  # fmt: skip
+    kv = [[k.mode, k.runs, f"{k.mib:,.0f}", f"{k.mean_mib:,.0f}", None if k.tokens is None else f"{k.tokens:,}",
+           k.runs_without_bytes_per_token, k.runs_given_mfs] for k in c.kv]  # fmt: skip
     head = ["node type", "runs", "MiB total", "MiB/run", "KV tokens", "runs w/o bytes/token", "mfs not heuristic's"]
-    lines += ["  " + s for s in _table(head, kv)]
+    lines.append(ui.table(head, kv, right=[False, *([True] * 6)]))
     if c.kv:
-        lines.append("  (tokens over the runs whose KV bytes per token are known; MiB over all counted runs)")
+        lines.append("(tokens over the runs whose KV bytes per token are known; MiB over all counted runs)")
     lines += [f"note: {n}" for n in c.notes]
     return "\n".join(lines)
 
 
-def run_calibrate(results: list[str], quantile: float = 1.0, margin_mib: float = 256.0, json_out: bool = False) -> int:
-    """The command: print the calibration (text, or the same as one JSON object)."""
+def run_calibrate(
+    results: list[str],
+    quantile: float = 1.0,
+    margin_mib: float = 256.0,
+    json_out: bool = False,
+    out: str | None = None,
+    emit_patch: str | None = None,
+) -> int:
+    """The command: print the calibration (text, or one JSON object); write calibration.json and the patch."""
+    import sys
+
+    from profiler.upstream import make_patch, write_calibration
+
     cal = calibrate(results, quantile, margin_mib)
-    print(json.dumps(cal.as_dict(), indent=1) if json_out else render_text(cal))
+    patch, refusal = None, None
+    if emit_patch:
+        try:
+            patch = make_patch(cal)
+        except MemfracError as e:  # said after the calibration itself is printed and written
+            refusal = e
+    if emit_patch != "-":
+        print(json.dumps(cal.as_dict(), indent=1) if json_out else render_text(cal))
+    say = (lambda m: print(m, file=sys.stderr)) if json_out or emit_patch == "-" else print
+    if out:
+        d = write_calibration(cal, out)
+        say(f"wrote {out}: {len(d['terms'])} term(s) fitted ({', '.join(d['terms']) or 'none'}), rules {d['rules']}")
+    if refusal is not None:
+        raise refusal
+    if patch is not None:
+        if emit_patch == "-":
+            sys.stdout.write(patch.diff)
+        else:
+            Path(emit_patch).write_text(patch.diff)
+            say(f"wrote {emit_patch}: a patch for sglang {patch.version}'s {patch.hook}")
+        say(f"patch replaces: {', '.join(patch.replaced)}")
+        for k, why in patch.left:
+            say(f"patch leaves {k}: {why}")
     return 0

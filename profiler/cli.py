@@ -53,12 +53,30 @@ def _cmd_explain(a: argparse.Namespace) -> int:
                 f"{o.mem_fraction_static}{err}; model: {e.reservation.mem_fraction_static}"
             )
         return 0
+    if a.calibration:
+        from profiler.explain import render_calibrated
+        from profiler.upstream import calibrated_reserve, load_calibration
+
+        cal = load_calibration(a.calibration)
+        pairs = [(e, calibrated_reserve(e.scenario, e.reservation, cal)) for e in exps]
+        if a.json:
+            objs = [e.as_dict() | {"calibrated": _calibrated_dict(cr)} for e, cr in pairs]
+            print(json.dumps(objs if len(objs) > 1 else objs[0], indent=1))
+        else:
+            print("\n\n".join(render_calibrated(e, cr, a.calibration) for e, cr in pairs))
+        return 0
     if a.json:
         objs = [e.as_dict() for e in exps]
         print(json.dumps(objs if len(objs) > 1 else objs[0], indent=1))
     else:
         print("\n\n".join(render_text(e) for e in exps))
     return 0
+
+
+def _calibrated_dict(cr) -> dict:
+    from dataclasses import asdict
+
+    return asdict(cr)
 
 
 def _cmd_deepep_size(a: argparse.Namespace) -> int:
@@ -240,7 +258,9 @@ def _cmd_report(a: argparse.Namespace) -> int:
 def _cmd_calibrate(a: argparse.Namespace) -> int:
     from profiler.calibrate import run_calibrate
 
-    return run_calibrate(a.results, quantile=a.quantile, margin_mib=a.margin, json_out=a.json)
+    return run_calibrate(
+        a.results, quantile=a.quantile, margin_mib=a.margin, json_out=a.json, out=a.out, emit_patch=a.emit_patch
+    )
 
 
 def _add_report(sub: argparse._SubParsersAction) -> None:
@@ -258,6 +278,15 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
         "--margin", type=float, default=256.0, metavar="MIB", help="added to absolute constants (default 256)"
     )
     p.add_argument("--json", action="store_true")
+    p.add_argument("--out", metavar="JSON", help="write calibration.json: the fitted constants with their evidence")
+    p.add_argument(
+        "--emit-patch",
+        nargs="?",
+        const="memory_hook.patch",
+        metavar="FILE",
+        help="write a unified diff of the installed sglang's arg_groups/memory_hook.py with the justified constants "
+        "(default FILE: memory_hook.patch; '-' prints it)",
+    )
     p.set_defaults(func=_cmd_calibrate)
 
 
@@ -289,6 +318,11 @@ def _add_explain(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--compare-rules", nargs=2, metavar=("A", "B"), help="show term by term how two releases differ")
     p.add_argument("--free-at-start", type=float, metavar="MIB", help="free GPU memory at start (default: capacity)")
     p.add_argument("--oracle", action="store_true", help="also resolve with the installed sglang and print both")
+    p.add_argument(
+        "--calibration",
+        metavar="JSON",
+        help="a calibration.json (memfrac calibrate --out): today's and the calibrated reserve, fraction, KV tokens",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_cmd_explain)
 

@@ -47,6 +47,7 @@ class JobResult:
 
 
 Done = Callable[[JobResult], None]
+Started = Callable[[Job], None]
 
 
 def _run_one(job: Job, gpus: list[int] | None) -> JobResult:
@@ -80,8 +81,11 @@ class LocalExecutor:
         used = gpu_memory_used(ids)
         return used is not None and all(used.get(g, 0.0) < self.free_below_mib for g in ids)
 
-    def run(self, jobs: list[Job], done: Done, deadline: float | None = None) -> list[Job]:
-        """Run until every job ran or the deadline passed; return the jobs never started."""
+    def run(
+        self, jobs: list[Job], done: Done, deadline: float | None = None, started: Started | None = None
+    ) -> list[Job]:
+        """Run until every job ran or the deadline passed; return the jobs never started (`started(job)` as each
+        starts: the sweep's progress bar shows the runs in flight)."""
         pending: list[Job] = []
         for j in jobs:
             if self.device == "cuda" and j.gpus_needed > len(self.gpus):
@@ -102,6 +106,8 @@ class LocalExecutor:
                     pending.remove(j)
                     held[id(j)] = take
                     gpus = take if self.device == "cuda" else None
+                    if started is not None:
+                        started(j)
                     threading.Thread(
                         target=lambda j=j, gpus=gpus: results.put(_run_one(j, gpus)),
                         name=f"memfrac-{j.group.key}",
@@ -173,7 +179,9 @@ class RayExecutor:
                 ray.init(num_gpus=num_gpus, ignore_reinit_error=True, log_to_driver=False, include_dashboard=False)
         self._remote = ray.remote(ray_task)
 
-    def run(self, jobs: list[Job], done: Done, deadline: float | None = None) -> list[Job]:
+    def run(
+        self, jobs: list[Job], done: Done, deadline: float | None = None, started: Started | None = None
+    ) -> list[Job]:
         ray = self.ray
         total = int(ray.cluster_resources().get("GPU", 0))
         refs: dict[Any, tuple[Job, float]] = {}
@@ -189,6 +197,8 @@ class RayExecutor:
                 j.group.launch, self.device, j.python
             )
             refs[ref] = (j, time.monotonic())
+            if started is not None:
+                started(j)  # submitted: Ray starts it when a node has its GPUs
         while refs:
             ready, _ = ray.wait(list(refs), num_returns=1)
             for ref in ready:

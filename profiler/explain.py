@@ -10,8 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from profiler import ui
 from profiler.heuristic import RuleSet, inputs_from_scenario, reserve
-from profiler.heuristic.record import TERM_NAMES, Reservation
+from profiler.heuristic.record import Reservation
 from profiler.modelcfg import dtype_bytes
 from profiler.scenario import Scenario
 
@@ -97,14 +98,9 @@ def render_text(e: Explanation) -> str:
         "resolution before the heuristic:",
     ]  # fmt: skip
     lines += [f"  - {st.detail}" for st in r.steps] or ["  - (nothing to resolve: every input was given)"]
-    w = max(len(n) for n in TERM_NAMES)
-    lines.append(f"  {'term':<{w}}  {'MiB':>9}  why")
-    for t in r.terms:
-        mark = " " if t.on else "-"
-        lines.append(f"{mark} {t.name:<{w}}  {_mib(t.mib):>9}  {t.reason}")
-    lines.append(
-        f"  {'reserved':<{w}}  {_mib(r.reserved_mib):>9}  = {r.reserved_mib / 1024:.2f} GiB of {s.gpu.total_mib} MiB"
-    )
+    rows = [["yes" if t.on else "no", t.name, _mib(t.mib), t.reason] for t in r.terms]
+    rows.append(["", "reserved", _mib(r.reserved_mib), f"= {r.reserved_mib / 1024:.2f} GiB of {s.gpu.total_mib} MiB"])
+    lines.append(ui.table(["on", "term", "MiB", "why"], rows, right=[False, False, True, False]))
     flags = ", ".join(r.flags) if r.flags else "none"
     frac_line = f"mem_fraction_static = {r.heuristic_fraction:.3f}"
     if r.given:
@@ -140,22 +136,17 @@ def compare_rules(s: Scenario, a: RuleSet, b: RuleSet) -> tuple[Reservation, Res
 
 
 def render_compare(s: Scenario, ra: Reservation, rb: Reservation) -> str:
-    w = max(len(n) for n in TERM_NAMES)
     a, b = ra.rule_set.name, rb.rule_set.name
     out = [f"{s.name}: {s.model} on {s.gpu.name} ({s.gpu.total_mib} MiB), mode {s.mode}, tp {s.tp}"]
-    out.append(f"  {'term':<{w}}  {a:>9}  {b:>9}  {'Δ MiB':>8}  why it differs")
+    rows: list[list[str]] = []
     for ta, tb in zip(ra.terms, rb.terms, strict=True):
         d = tb.mib - ta.mib
         note = "" if abs(d) < 1e-9 and ta.on == tb.on else f"{a}: {ta.reason} | {b}: {tb.reason}"
-        out.append(f"  {ta.name:<{w}}  {_mib(ta.mib):>9}  {_mib(tb.mib):>9}  {_mib(d):>8}  {note}")
-    out.append(
-        f"  {'reserved':<{w}}  {_mib(ra.reserved_mib):>9}  {_mib(rb.reserved_mib):>9}  "
-        f"{_mib(rb.reserved_mib - ra.reserved_mib):>8}"
-    )
-    out.append(
-        f"  {'fraction':<{w}}  {ra.mem_fraction_static:>9.3f}  {rb.mem_fraction_static:>9.3f}  "
-        f"{rb.mem_fraction_static - ra.mem_fraction_static:>+8.3f}"
-    )
+        rows.append([ta.name, _mib(ta.mib), _mib(tb.mib), _mib(d), note])
+    rows.append(["reserved", _mib(ra.reserved_mib), _mib(rb.reserved_mib), _mib(rb.reserved_mib - ra.reserved_mib), ""])
+    fa, fb = ra.mem_fraction_static, rb.mem_fraction_static
+    rows.append(["fraction", f"{fa:.3f}", f"{fb:.3f}", f"{fb - fa:+.3f}", ""])
+    out.append(ui.table(["term", a, b, "Δ MiB", "why it differs"], rows, right=[False, True, True, True, False]))
     kva, kvb = kv_budget(s, ra.mem_fraction_static), kv_budget(s, rb.mem_fraction_static)
     out.append(
         f"  KV tokens per GPU (free at start assumed = capacity): {kva.tokens:,} → {kvb.tokens:,} "
@@ -167,4 +158,40 @@ def render_compare(s: Scenario, ra: Reservation, rb: Reservation) -> str:
         out.append(f"  only {a}: {d}")
     for d in sorted(steps_b - steps_a):
         out.append(f"  only {b}: {d}")
+    return "\n".join(out)
+
+
+def render_calibrated(e: Explanation, cr: Any, source: str = "calibration.json") -> str:
+    """Today's and the calibrated reserve per term, the fraction each gives, and what the KV pool gains or the
+    OOM it avoids (`memfrac explain --calibration`; `cr` is a profiler.upstream.CalibratedReserve)."""
+    s = e.scenario
+    rows = [[t.name, _mib(t.today_mib), _mib(t.calibrated_mib), _mib(t.calibrated_mib - t.today_mib), t.how]
+            for t in cr.terms if t.today_mib or t.calibrated_mib]  # fmt: skip
+    rows.append(["reserved", _mib(cr.today_mib), _mib(cr.calibrated_mib), _mib(cr.calibrated_mib - cr.today_mib), ""])
+    rows.append(["fraction", f"{cr.today_fraction:.3f}", f"{cr.calibrated_fraction:.3f}",
+                 f"{cr.calibrated_fraction - cr.today_fraction:+.3f}", "round((gpu − reserved) ÷ gpu, 3)"])  # fmt: skip
+    head = ["term", "today MiB", "calibrated MiB", "Δ MiB", "calibrated from"]
+    out = [
+        f"{s.name}: today's and the calibrated reserve ({source}) on {s.gpu.name} ({s.gpu.total_mib} MiB), "
+        f"mode {s.mode}",
+        ui.table(head, rows, right=[False, True, True, True, False]),
+    ]
+    free = None if e.kv.free_at_start_assumed else e.kv.free_at_start_mib
+    a, b = kv_budget(s, cr.today_fraction, free), kv_budget(s, cr.calibrated_fraction, free)
+    where = "assumed = capacity" if e.kv.free_at_start_assumed else "given"
+    out.append(f"KV tokens per GPU (free at start {where}): today {a.tokens:,} → calibrated {b.tokens:,} "
+               f"({b.tokens - a.tokens:+,})")  # fmt: skip
+    short = cr.calibrated_mib - cr.today_mib
+    if short > 0:
+        out.append(
+            f"today's reserve is {_mib(short)} MiB short of what the measured runs need: the calibrated reserve avoids "
+            f"an out-of-memory after the KV pool, at the cost of {a.tokens - b.tokens:,} KV tokens"
+        )
+    elif short < 0:
+        gain = b.tokens - a.tokens
+        out.append(f"the calibrated reserve gives {_mib(-short)} MiB back to the KV cache ({gain:+,} tokens)")
+    if e.reservation.given:
+        out.append(f"mem_fraction_static is given ({e.reservation.mem_fraction_static}): sglang uses it whatever the "
+                   "constants; the fractions above are what the heuristic would pick")  # fmt: skip
+    out += [f"note: {n}" for n in cr.notes]
     return "\n".join(out)

@@ -180,14 +180,19 @@ def write_junit(checks: list[Check], path: str | Path) -> None:
 
 
 def render(checks: list[Check]) -> str:
+    """The verdict line, then the failed checks as a table (profiler.ui)."""
+    from profiler import ui
+
     failed = [c for c in checks if not c.passed]
     scen = {c.scenario for c in checks}
     lines = [f"{'FAIL' if failed else 'PASS'}: {len(checks)} checks over {len(scen)} scenarios, {len(failed)} failed"]
-    for c in failed:
-        lines.append(f"  ✗ {c.scenario} · {c.name}: {c.message}")
+    if failed:
+        lines.append(
+            ui.table(["scenario", "check", "why it failed"], [[c.scenario, c.name, c.message] for c in failed])
+        )
     skipped = sum(c.skipped for c in checks)
     if skipped:
-        lines.append(f"  ({skipped} host-memory runs reported but not gated)")
+        lines.append(f"({skipped} host-memory runs reported but not gated)")
     return "\n".join(lines)
 
 

@@ -117,33 +117,32 @@ def _gib(x: float) -> str:
 
 def render_plan(plan: Plan, *, per_term: bool = True) -> str:
     """What --dry-run prints: runs, GPUs each needs, starts saved, the heuristic's reservation per scenario."""
+    from profiler import ui
+
     placed, bad = assign_gpus(plan.runs, plan.gpus)
     lines = [
         f"{len(plan.scenarios)} scenarios → {len(plan.runs)} worker starts "
         f"({plan.starts_saved} saved by sharing decode-graph ladders) on GPUs {plan.gpus or '[none]'}"
     ]
-    for r, gpus in placed:
-        shared = f" (+ {len(r.members) - 1} measured from its ladder)" if len(r.members) > 1 else ""
-        lines.append(f"  run {r.key}: {r.gpus_needed} GPU(s) {gpus}{shared}")
-    for r, why in bad:
-        lines.append(f"  run {r.key}: NOT RUNNABLE: {why}")
-    lines.append(
-        "heuristic reservation per scenario (sglang rules " + next(iter(plan.reservations.values())).rules + "):"
-    )
-    head = f"  {'scenario':<44} {'mode':<8} {'mfs':>7} {'reserved GiB':>12}  flags"
-    lines.append(head)
+    runs = [[r.key, r.gpus_needed, ",".join(map(str, gpus)), len(r.members) - 1 or ""] for r, gpus in placed]
+    runs += [[r.key, r.gpus_needed, "NOT RUNNABLE", why] for r, why in bad]
+    lines.append(ui.table(["run", "GPUs", "GPU ids", "+ measured from its ladder"], runs,
+                          right=[False, True, False, True], title="worker starts"))  # fmt: skip
+    rules = next(iter(plan.reservations.values())).rules
+    rows, warnings = [], []
     for s in plan.scenarios:
         r = plan.reservations[s.name]
-        lines.append(
-            f"  {s.name:<44} {s.mode:<8} {r.mem_fraction_static:>7.3f} {_gib(r.reserved_mib):>12}  {','.join(r.flags)}"
-        )
+        row = [s.name, s.mode, f"{r.mem_fraction_static:.3f}", _gib(r.reserved_mib), ",".join(r.flags)]
         if per_term:
-            on = [f"{t.name} {_gib(t.mib)}" for t in r.terms if t.on and t.mib]
-            lines.append(f"      {' · '.join(on)}")
+            row.append(" · ".join(f"{t.name} {_gib(t.mib)}" for t in r.terms if t.on and t.mib))
+        rows.append(row)
         kv = kv_budget(s, r.mem_fraction_static)
         if kv.budget_mib <= 0:
-            lines.append(
-                f"      ! weights ≈ {kv.weights_mib / 1024:.1f} GiB/GPU do not fit under "
+            warnings.append(
+                f"! {s.name}: weights ≈ {kv.weights_mib / 1024:.1f} GiB/GPU do not fit under "
                 f"mfs {r.mem_fraction_static:.3f} of {s.gpu.total_mib} MiB: expect it to fail at load"
             )
-    return "\n".join(lines)
+    head = ["scenario", "mode", "mfs", "reserved GiB", "flags"] + (["terms GiB"] if per_term else [])
+    lines.append(ui.table(head, rows, right=[False, False, True, True, False, False],
+                          title=f"heuristic reservation per scenario (sglang rules {rules})"))  # fmt: skip
+    return "\n".join(lines + warnings)

@@ -1,22 +1,30 @@
 """`memfrac report`: a results directory as a page someone who has never seen memfrac can read.
 
-One document model (sections of paragraphs, tables, images and notes) is rendered twice, to Markdown and to a
-self-contained HTML page, so the two never disagree. Plots are PNGs written with matplotlib's Agg canvas on
-`Figure` objects (no pyplot state), at 100 dpi and a bounded size. A plot with nothing to draw is never
-written: its section says why instead.
+One document model (sections of paragraphs, tables, images, notes and collapsible per-run blocks) is rendered
+twice, so the two never disagree: to Markdown (pipe tables by pandas' `to_markdown`, i.e. tabulate) and to a
+self-contained HTML page from the jinja2 template `profiler/templates/report.html` (plots embedded as data:
+URIs, tables sortable by a few lines of inline JS, no network). The page opens with a summary (runs by verdict,
+KV left unused per node type, terms under-reserved), then the per-run ledgers (`ledger.parquet`: where the
+memory free at start went, line by line, and the residual), then the detail. Plots are PNGs written with
+matplotlib's Agg canvas on `Figure` objects (no pyplot state), at 100 dpi and a bounded size. A plot with
+nothing to draw is never written: its section says why instead.
 """
 
 from __future__ import annotations
 
+import base64
 import html
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import jinja2
 import numpy as np
 import pandas as pd
+from markupsafe import Markup
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
@@ -66,6 +74,7 @@ class Note:
 @dataclass(frozen=True, slots=True)
 class Table:
     frame: pd.DataFrame  # cells already formatted as text
+    key: str = ""  # an id for the HTML table (the summary tables: what the browser test reads)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +83,16 @@ class Image:
     alt: str
 
 
-Block = Para | Note | Table | Image
+@dataclass(frozen=True, slots=True)
+class Details:
+    """A block of its own per run: a ### heading in Markdown, a collapsible <details> on the page."""
+
+    summary: str
+    blocks: tuple[Para | Note | Table | Image, ...]
+    open: bool = False
+
+
+Block = Para | Note | Table | Image | Details
 
 
 @dataclass(slots=True)
@@ -89,66 +107,79 @@ def _md_cell(v: Any) -> str:
 
 
 def md_table(df: pd.DataFrame) -> str:
-    """A pipe table (pandas' to_markdown needs tabulate, which memfrac does not depend on)."""
-    head = "| " + " | ".join(_md_cell(c) for c in df.columns) + " |"
-    rule = "|" + "|".join("---" for _ in df.columns) + "|"
-    rows = ["| " + " | ".join(_md_cell(v) for v in r) + " |" for r in df.itertuples(index=False)]
-    return "\n".join([head, rule, *rows])
+    """A pipe table (pandas' to_markdown, i.e. tabulate; cells kept as written, never re-parsed as numbers)."""
+    cells = df.map(_md_cell) if len(df.columns) else df
+    cells.columns = [_md_cell(c) for c in df.columns]
+    return cells.to_markdown(index=False, tablefmt="pipe", disable_numparse=True)
+
+
+def _md_blocks(blocks: Sequence[Block]) -> list[str]:
+    out: list[str] = []
+    for b in blocks:
+        if isinstance(b, Para):
+            out += [b.text, ""]
+        elif isinstance(b, Note):
+            out += [f"> {b.text}", ""]
+        elif isinstance(b, Table):
+            out += [md_table(b.frame), ""]
+        elif isinstance(b, Details):
+            out += [f"### {_md_cell(b.summary)}", "", *_md_blocks(b.blocks)]
+        else:
+            out += [f"![{_md_cell(b.alt)}]({b.file})", ""]
+    return out
 
 
 def render_md(title: str, sections: Sequence[Section]) -> str:
     out = [f"# {title}", ""]
     for s in sections:
-        out += [f"## {s.title}", ""]
-        for b in s.blocks:
-            if isinstance(b, Para):
-                out += [b.text, ""]
-            elif isinstance(b, Note):
-                out += [f"> {b.text}", ""]
-            elif isinstance(b, Table):
-                out += [md_table(b.frame), ""]
-            else:
-                out += [f"![{_md_cell(b.alt)}]({b.file})", ""]
+        out += [f"## {s.title}", "", *_md_blocks(s.blocks)]
     return "\n".join(out)
 
 
-_CSS = (
-    "body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}"
-    "table{border-collapse:collapse;font-size:13px;margin:1em 0}th,td{border:1px solid #ccc;padding:3px 6px;"
-    "text-align:left;vertical-align:top}th{background:#f3f3f3}blockquote{border-left:4px solid #f0ad4e;"
-    "margin:1em 0;padding:.3em 1em;background:#fff8e6}img{max-width:100%;border:1px solid #eee}"
-    "code{background:#f3f3f3;padding:0 3px}"
-)
-
-
-def _html_text(text: str) -> str:
+def _html_text(text: str) -> Markup:
     """Escape, then turn `code` spans back into <code> (the only markup the report's prose uses)."""
     parts = html.escape(text).split("`")
-    return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
+    return Markup("".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts)))
 
 
-def render_html(title: str, sections: Sequence[Section]) -> str:
-    out = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>",
-        f"<h1>{html.escape(title)}</h1>",
-    ]
+_NUMBER = re.compile(r"^[−+-]?[\d,]*\.?\d+%?( \(.*\))?$")
+
+
+def _html_block(b: Block, root: Path) -> dict[str, Any]:
+    """A block as the template reads it: text marked up, tables as rows of cells, images as data: URIs."""
+    if isinstance(b, Para | Note):
+        return {"kind": "para" if isinstance(b, Para) else "note", "html": _html_text(b.text)}
+    if isinstance(b, Table):
+        rows = [[str(v) for v in r] for r in b.frame.itertuples(index=False)]
+        num = [bool(rows) and all(_NUMBER.match(r[i]) or r[i] in (_DASH, "") for r in rows)
+               for i in range(len(b.frame.columns))]  # fmt: skip
+        return {"kind": "table", "key": b.key, "head": [str(c) for c in b.frame.columns], "rows": rows, "num": num}
+    if isinstance(b, Details):
+        return {"kind": "details", "summary": b.summary, "open": b.open,
+                "blocks": [_html_block(x, root) for x in b.blocks]}  # fmt: skip
+    data = base64.b64encode((root / b.file).read_bytes()).decode("ascii")
+    return {"kind": "image", "src": f"data:image/png;base64,{data}", "alt": b.alt, "file": b.file}
+
+
+def _anchor(title: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")
+
+
+def render_html(title: str, sections: Sequence[Section], root: Path) -> str:
+    """The page: profiler/templates/report.html filled in; every plot under `root` embedded."""
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("profiler", "templates"), autoescape=True, undefined=jinja2.StrictUndefined
+    )
+    doc = []
     for s in sections:
-        out.append(f"<h2>{html.escape(s.title)}</h2>")
-        for b in s.blocks:
-            if isinstance(b, Para):
-                out.append(f"<p>{_html_text(b.text)}</p>")
-            elif isinstance(b, Note):
-                out.append(f"<blockquote>{_html_text(b.text)}</blockquote>")
-            elif isinstance(b, Table):
-                out.append(b.frame.to_html(index=False, escape=True, border=0))
-            else:
-                out.append(
-                    f'<p><img src="{html.escape(b.file, quote=True)}" alt="{html.escape(b.alt, quote=True)}"></p>'
-                )
-    out.append("</body></html>")
-    return "\n".join(out)
+        blocks = [_html_block(b, root) for b in s.blocks]
+        cards: list[list[dict[str, Any]]] = []  # the summary: one card per caption and its table
+        for b in blocks:
+            if b["kind"] in ("para", "note") or not cards:
+                cards.append([])
+            cards[-1].append(b)
+        doc.append({"title": s.title, "id": _anchor(s.title), "blocks": blocks, "cards": cards})
+    return env.get_template("report.html").render(title=title, sections=doc)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -237,6 +268,82 @@ def _save(fig: Figure, path: Path) -> Path:
 # ---------------------------------------------------------------------------------------------------
 # Data behind each section
 # ---------------------------------------------------------------------------------------------------
+
+
+#: ledger.parquet (profiler/ledger.py): per run and rank, where the memory free at start went, line by line.
+LEDGER_COLUMNS: dict[str, str] = {
+    "run_id": "string",
+    "rank": "string",
+    "line": "string",  # weights | kv_pool | a term name | unattributed | headroom
+    "mib": "float64",
+    "how": "string",  # read | implied | estimated
+    "source": "string",
+    "worst_point": "string",
+    "free_at_start_mib": "float64",
+    "residual_mib": "float64",
+    "closes": "bool",
+}
+#: Ledger lines in book order (terms in TERM_NAMES order between the pool and the unattributed rest).
+_LEDGER_FIRST, _LEDGER_LAST = ("weights", "kv_pool"), ("unattributed", "headroom")
+
+
+def load_ledger(results_dir: str | Path) -> pd.DataFrame:
+    """R/ledger.parquet with the documented dtypes; an empty frame of those columns when there is none yet."""
+    path = Path(results_dir) / "ledger.parquet"
+    if not path.exists():
+        return pd.DataFrame({c: pd.Series(dtype=t) for c, t in LEDGER_COLUMNS.items()})
+    df = pd.read_parquet(path)
+    missing = [c for c in LEDGER_COLUMNS if c not in df.columns]
+    if missing:
+        raise MemfracError(f"{path}: not a memfrac ledger (missing columns: {', '.join(missing)})")
+    return df[list(LEDGER_COLUMNS)].astype(LEDGER_COLUMNS)
+
+
+def ledger_order(line: str) -> int:
+    from profiler.heuristic.record import TERM_NAMES
+
+    if line in _LEDGER_FIRST:
+        return _LEDGER_FIRST.index(line)
+    if line in _LEDGER_LAST:
+        return 100 + _LEDGER_LAST.index(line)
+    return 2 + (TERM_NAMES.index(line) if line in TERM_NAMES else len(TERM_NAMES))
+
+
+def verdict_counts(t: pd.DataFrame) -> pd.DataFrame:
+    """Runs per verdict, worst verdict first (the summary's first table)."""
+    counts = t["verdict"].fillna("unknown").value_counts()
+    order = sorted(counts.index, key=lambda v: (SEVERITY.index(v) if v in SEVERITY else len(SEVERITY), v))
+    return pd.DataFrame([{"verdict": v, "runs": str(int(counts[v]))} for v in order])
+
+
+def kv_unused_by_mode(t: pd.DataFrame) -> pd.DataFrame:
+    """Per node type: runs, runs with a reading after the KV pool, MiB unused beyond the margin, KV tokens."""
+    rows = []
+    for mode, g in t.groupby(t["mode"].fillna("unknown"), sort=True):
+        head, margin = g["headroom_mib"].astype(float), g["margin_mib"].astype(float)
+        unused = (head - margin).clip(lower=0)
+        seen = head.notna() & margin.notna()
+        tokens = g["wasted_kv_tokens"].dropna()
+        rows.append({
+            "node type": str(mode), "runs": str(len(g)), "with a reading": str(int(seen.sum())),
+            "unused beyond the margin MiB": mib(unused[seen].sum()) if seen.any() else _DASH,
+            "wasted KV tokens": count(tokens.sum()) if len(tokens) else _DASH,
+        })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def under_by_term(df: pd.DataFrame) -> pd.DataFrame:
+    """Per term that was ever under-reserved: runs under, runs judged, the largest shortfall."""
+    judged = df[(df["term"] != "total") & df["term_verdict"].isin(["under", "fits", "over"])]
+    rows = []
+    for term, g in judged.groupby("term", sort=True):
+        under = g[g["term_verdict"] == "under"]
+        if not len(under):
+            continue
+        short = (under["measured_mib"].astype(float) - under["reserved_mib"].astype(float)).max()
+        rows.append({"term": str(term), "runs under": str(len(under)), "runs judged": str(len(g)),
+                     "largest shortfall MiB": mib(short)})  # fmt: skip
+    return pd.DataFrame(rows)
 
 
 def totals(df: pd.DataFrame) -> pd.DataFrame:
@@ -378,6 +485,37 @@ def startup_table(s: pd.DataFrame) -> pd.DataFrame:
 # ---------------------------------------------------------------------------------------------------
 # Plots
 # ---------------------------------------------------------------------------------------------------
+
+
+_LEDGER_COLOR = {"weights": "#4c72b0", "kv_pool": "#55a868", "unattributed": "#c44e52", "headroom": "#dddddd"}
+_TERM_PALETTE = ("#dd8452", "#8172b3", "#937860", "#da8bc3", "#8c8c8c", "#ccb974", "#64b5cd", "#e17c05", "#6f4e7c")
+
+
+def plot_ledger(runs: list[tuple[str, str, pd.DataFrame, float | None, float | None, bool]], path: Path) -> Path:
+    """One horizontal stacked bar per run: its ledger lines left to right, the residual hatched, free at start |."""
+    runs = runs[:MAX_BARS][::-1]
+    n = len(runs)
+    fig = _figure(1.8 + 0.55 * n)
+    ax = fig.add_subplot()
+    colors: dict[str, str] = {}
+    for y, (_, _, g, free, resid, _) in enumerate(runs):
+        left = 0.0
+        for _, r in g.iterrows():
+            line, w = str(r["line"]), float(r["mib"])
+            c = colors.setdefault(line, _LEDGER_COLOR.get(line) or _TERM_PALETTE[len(colors) % len(_TERM_PALETTE)])
+            ax.barh(y, w, left=left, height=0.6, color=c, edgecolor="white", linewidth=0.5)
+            left += w
+        if resid:
+            ax.barh(y, resid, left=left, height=0.6, color="none", edgecolor="k", hatch="///", linewidth=0.8)
+        if free:
+            ax.plot([free, free], [y - 0.4, y + 0.4], color="k", lw=1.5)
+    ax.set_yticks(range(n), [f"{short(r, 40)} (rank {k})" for r, k, *_ in runs], fontsize=8)
+    handles: list[Any] = [
+        Patch(color=c, label=line) for line, c in sorted(colors.items(), key=lambda x: ledger_order(x[0]))
+    ]
+    handles.append(Patch(facecolor="none", edgecolor="k", hatch="///", label="residual (unexplained)"))
+    handles.append(Line2D([], [], color="k", lw=1.5, label="free at start"))
+    return _finish(fig, ax, path, "MiB", "Where the memory free at start went, per run", handles)
 
 
 def plot_terms(obs: pd.DataFrame, path: Path) -> Path:
@@ -522,6 +660,66 @@ _TERM_WORDS = (
     ("unobservable", "this source cannot see the phase that spends the term (see below)."),
     ("off", "the heuristic did not apply the term to this configuration."),
 )
+
+
+def summary_section(df: pd.DataFrame, t: pd.DataFrame) -> Section:
+    """What a reader needs first: how the runs ended, KV paid for and never used, terms that were too small."""
+    s = Section("Summary")
+    if not len(t):
+        s.blocks.append(Note("No runs in these results."))
+        return s
+    s.blocks += [Para(f"Runs by verdict ({len(t)} runs; worst first):"), Table(verdict_counts(t), "summary-verdicts")]
+    s.blocks += [
+        Para("KV cache left unused, per node type (headroom beyond the safety margin, as MiB and as KV tokens):"),
+        Table(kv_unused_by_mode(t), "summary-kv"),
+    ]
+    under = under_by_term(df)
+    if len(under):
+        s.blocks += [Para("Terms under-reserved (measured above the reserve):"), Table(under, "summary-under")]
+    else:
+        s.blocks.append(Note("No term was under-reserved in these results (or none could be judged)."))
+    return s
+
+
+def ledger_section(ledger: pd.DataFrame, out: Path) -> Section:
+    """Per run (its worst rank): where the free memory at start went, line by line, and what is left unexplained."""
+    s = Section("Where the memory went, per run (ledger)")
+    if not len(ledger):
+        s.blocks.append(
+            Note(
+                "No ledger in these results (no ledger.parquet): the per-run books — weights, KV pool, each term, "
+                "unattributed, headroom, summing to the memory free at start — come from probe runs recorded by a "
+                "memfrac that writes them."
+            )
+        )
+        return s
+    s.blocks.append(
+        Para(
+            "Every MiB free at start (after NCCL init) is attributed once: weights, the KV pool, each term, what no "
+            "phase accounts for (unattributed) and what was still free at the worst point (headroom). The lines "
+            "sum to free at start; a residual the books cannot explain is shown, never hidden. how: read (from "
+            "the probe or the log), implied (arithmetic on readings), estimated."
+        )
+    )
+    runs = []
+    for (run, rank), g in ledger.groupby(["run_id", "rank"], sort=True):
+        g = g.assign(_o=g["line"].map(ledger_order)).sort_values(["_o", "line"])
+        free, resid = as_float(g["free_at_start_mib"].iloc[0]), as_float(g["residual_mib"].iloc[0])
+        closes = bool(g["closes"].iloc[0])
+        total = float(g["mib"].astype(float).sum())
+        runs.append((str(run), str(rank), g, free, resid, closes))
+        table = pd.DataFrame([
+            {"line": str(r["line"]), "MiB": mib(r["mib"]),
+             "share of free at start": _DASH if not free else f"{float(r['mib']) / free:.1%}",
+             "how": as_text(r["how"]), "source": as_text(r["source"]), "worst point": as_text(r["worst_point"])}
+            for _, r in g.iterrows()
+        ])  # fmt: skip
+        books = (f"Lines sum to {mib(total)} MiB of {mib(free)} MiB free at start; residual {mib(resid)} MiB "
+                 f"({'the books close' if closes else 'the books do not close'}).")  # fmt: skip
+        label = f"{run} (rank {rank}): {'closes' if closes else f'residual {mib(resid)} MiB'}"
+        s.blocks.append(Details(label, (Para(books), Table(table)), open=not closes))
+    s.blocks.append(Image(plot_ledger(runs, out / "report_ledger.png").name, "ledger per run: stacked MiB"))
+    return s
 
 
 def intro(df: pd.DataFrame, t: pd.DataFrame, env: dict[str, Any] | None) -> Section:
@@ -737,8 +935,10 @@ def build(results_dir: Path, out: Path, models_dir: Path | None = None) -> list[
     env = json.loads(env_path.read_text()) if env_path.exists() else None
     t = totals(df)
     return [
+        summary_section(df, t),
         intro(df, t, env),
         runs_section(t),
+        ledger_section(load_ledger(results_dir), out),
         terms_section(df, out),
         ladder_section(df, ladder, out),
         deepep_section(df, out, models_dir or bundled_models_dir()),
@@ -765,7 +965,7 @@ def write_report(results_dir: str | Path, html_out: bool = False, out: str | Pat
     written[0].write_text(render_md(title, sections))
     if html_out:
         written.append(dest / "report.html")
-        written[1].write_text(render_html(title, sections))
+        written[1].write_text(render_html(title, sections, dest))
     written += sorted(dest / b.file for s in sections for b in s.blocks if isinstance(b, Image))
     return written
 

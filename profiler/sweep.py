@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from profiler import ui
 from profiler.compare import Comparison, compare, derive_variant, reservation_for
 from profiler.errors import MemfracError
 from profiler.executors import Job, JobResult, LocalExecutor, RayExecutor
@@ -102,10 +103,7 @@ class SweepSummary:
     def render(self) -> str:
         if not self.rows:
             return "nothing ran"
-        w = max(len(r[0]) for r in self.rows)
-        lines = [f"{'scenario':<{w}}  {'status':<8}  {'verdict':<18}  detail"]
-        lines += [f"{a:<{w}}  {b:<8}  {c:<18}  {d}" for a, b, c, d in self.rows]
-        return "\n".join(lines)
+        return ui.table(["scenario", "status", "verdict", "detail"], self.rows, title="sweep summary")
 
 
 def record(store: Store, plan: Plan, r: JobResult, summary: SweepSummary) -> None:
@@ -171,17 +169,51 @@ def _variant_measurement(m: object, s: Scenario, c: Comparison) -> object:
     return v
 
 
-def _progress(say: Say, total: int, t0: float, slots: int) -> Callable[[JobResult, int], None]:
-    def tick(r: JobResult, done: int) -> None:
-        el = time.monotonic() - t0
-        eta = el / done * (total - done) if done else 0
-        status = r.result.status if r.result else "error"
-        say(
-            f"[{done}/{total}] {100 * done // total}% ETA {eta / 60:.0f} min — "
-            f"{r.job.group.key}: {status} ({r.elapsed_s:.0f} s)"
-        )
+class _SayStream:
+    """A text stream that hands each line to `say` (the progress bar's plain lines reach the caller's sink)."""
 
-    return tick
+    def __init__(self, say: Say) -> None:
+        self.say, self._buf = say, ""
+
+    def write(self, text: str) -> int:
+        self._buf += text
+        *lines, self._buf = self._buf.split("\n")
+        for line in lines:
+            self.say(line)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+
+def _say_stderr(m: str) -> None:
+    print(m, file=sys.stderr, flush=True)
+
+
+class SweepProgress:
+    """The sweep's progress: one bar over the runs (done/total, elapsed, ETA) whose note is the runs in flight,
+    and a line per finished run (status, seconds) above it."""
+
+    def __init__(self, bar: ui.Bar, total: int) -> None:
+        self.bar, self.total, self.done = bar, total, 0
+        self.flying: dict[str, float] = {}  # run key → when it started
+
+    def _note(self) -> str:
+        return "running: " + ", ".join(self.flying) if self.flying else ""
+
+    def started(self, job: Job) -> None:
+        self.flying[job.group.key] = time.monotonic()
+        self.bar.update(self.done, self._note())
+
+    def finished(self, r: JobResult) -> None:
+        self.done += 1
+        self.flying.pop(r.job.group.key, None)
+        status = r.result.status if r.result else "error"
+        self.bar.log(f"[{self.done}/{self.total}] {r.job.group.key}: {status} ({r.elapsed_s:.0f} s)")
+        self.bar.update(self.done, self._note())
 
 
 def run_sweep(
@@ -197,7 +229,7 @@ def run_sweep(
     device: str | None = None,
     python: str | None = None,
     parallel: int = 1,
-    say: Say = lambda m: print(m, file=sys.stderr, flush=True),
+    say: Say = _say_stderr,
     echo: Callable[[str], None] = print,
 ) -> int:
     """The command. Exit status 0 when every started run succeeded, 1 when some failed, 2 on bad input."""
@@ -244,24 +276,23 @@ def run_sweep(
         summary.rows += [(s.name, "skipped", "—", why) for s in g.members]
     jobs = [Job(g, store.raw_dir(g.key), device, python) for g in runs]
     deadline = None if budget is None else time.monotonic() + (parse_budget(budget) or 0)
-    t0 = time.monotonic()
-    count = [0]
-    tick = _progress(say, max(1, len(jobs)), t0, 1)
-
-    def done(r: JobResult) -> None:
-        count[0] += 1
-        record(store, plan, r, summary)
-        tick(r, count[0])
-
     say(
         f"sweep: {len(jobs)} worker start(s) for {sum(len(g.members) for g in runs)} scenario(s) on {device}; "
         f"results → {out_dir}"
     )
-    if executor == "ray":
-        ex = RayExecutor(ray_address, device=device, num_gpus=len(gpu_ids) if not ray_address else None)
-        left = ex.run(jobs, done, deadline)
-    else:
-        left = LocalExecutor(gpu_ids, device, slots=parallel).run(jobs, done, deadline)
+    stream = sys.stderr if say is _say_stderr else _SayStream(say)
+    with ui.progress(len(jobs), "sweep", stream=stream) as bar:
+        prog = SweepProgress(bar, len(jobs))
+
+        def done(r: JobResult) -> None:
+            record(store, plan, r, summary)
+            prog.finished(r)
+
+        if executor == "ray":
+            ex = RayExecutor(ray_address, device=device, num_gpus=len(gpu_ids) if not ray_address else None)
+            left = ex.run(jobs, done, deadline, started=prog.started)
+        else:
+            left = LocalExecutor(gpu_ids, device, slots=parallel).run(jobs, done, deadline, started=prog.started)
     for j in left:
         summary.not_run += len(j.group.members)
         summary.rows += [(s.name, "not run", "—", "sweep budget exhausted") for s in j.group.members]

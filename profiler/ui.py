@@ -115,7 +115,7 @@ def _term_width() -> int:
 
 
 class Bar:
-    """A progress handle: `advance(n)`, `update(completed)`, `note(text)`. Live bar or plain lines."""
+    """A progress handle: `advance(n)`, `update(completed, note)`, `log(line)`. Live bar or plain lines."""
 
     def __init__(self, total: float | None, what: str, unit: str, stream: IO[str], live: bool) -> None:
         self.total, self.what, self.unit, self.done = total, what, unit, 0.0
@@ -146,6 +146,13 @@ class Bar:
             self._progress.stop()
         elif self.done:
             self._plain(final=True)
+
+    def log(self, text: str) -> None:
+        """A line of its own: above the live bar (which stays at the bottom), or a plain line off a terminal."""
+        if self._progress is not None:
+            self._progress.console.print(text, markup=False, highlight=False)
+        else:
+            print(text, file=self._stream, flush=True)
 
     def advance(self, n: float = 1.0, note: str | None = None) -> None:
         self.update(self.done + n, note)

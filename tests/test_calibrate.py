@@ -8,6 +8,7 @@ tokens = reserved ÷ 1.5, buckets = reserved ÷ 8); Q = 1 takes the largest per-
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,7 @@ from profiler.errors import MemfracError
 from profiler.ingest import run_ingest
 from profiler.store import RunContext, load_results
 from tests.conftest import FIXTURES
-from tests.fixtures.results.handmade import run_rows, store_run, write_frame
+from tests.fixtures.results.handmade import mark_defaulted, run_rows, store_run, write_frame
 
 
 def term(cal: Calibration, key: str) -> TermResult:
@@ -148,6 +149,65 @@ def test_derived_scenarios_are_not_evidence(tmp_path: Path) -> None:
     assert [o.run_id for o in t.observations] == ["launch"]
     assert t.fit.slope == pytest.approx(2.34375)  # not 300 / 8 = 37.5
     assert any("1 derived scenario(s)" in n for n in cal.notes)
+
+
+# --------------------------------------------------------------------- read inputs only, LOMO, groups
+
+
+def test_only_read_inputs_are_evidence(tmp_path: Path) -> None:
+    # run "read": 600 MiB at bs 256 → 2.34375 MiB/bs. "dflt": its bs came from defaults, "na": unknown.
+    # Both would have set the constant to 1200 ÷ 64 = 18.75 if they counted; neither does.
+    rows = run_rows("read", {"decode_graph": (512.0, 600.0, "under"), "constant": (512.0, 700.0, "under")})
+    rows += run_rows("dflt", {"decode_graph": (128.0, 1200.0, "under"), "constant": (512.0, 800.0, "under")},
+                     defaulted_inputs="decode_max_bs,chunked_prefill_size")  # fmt: skip
+    rows += run_rows("na", {"decode_graph": (128.0, 1200.0, "under"), "constant": (512.0, 900.0, "under")},
+                     defaulted_inputs=None)  # fmt: skip
+    rows += run_rows("other", {"decode_graph": (128.0, 100.0, "fits")}, defaulted_inputs="chunked_prefill_size")
+    cal = calibrate([str(write_frame(tmp_path / "res", rows))])
+    dg = term(cal, "decode_graph")
+    # "other" defaulted only chunked_prefill_size, which the decode graph's x does not rest on: 100 ÷ 64 < 2.34
+    assert [o.run_id for o in dg.observations] == ["read", "other"]
+    assert dg.fit.slope == pytest.approx(2.34375)
+    assert {e.run_id: e.why for e in dg.excluded} == {
+        "dflt": "x rests on decode_max_bs, taken from defaults rather than read",
+        "na": "unknown whether decode_max_bs, decode_bs, decode_backend, … were read (defaulted_inputs is NA)",
+    }
+    # the constant's x is 1 whatever the inputs: every run is evidence → 900 + 256 margin
+    c = term(cal, "constant")
+    assert (c.runs, c.excluded, c.fit.constant) == (3, (), 1156.0)
+
+
+def test_leave_one_model_out_and_residuals(tmp_path: Path) -> None:
+    # model A: two starts, 4 and 5 MiB/bs at bs 100 (400, 500 MiB); model B: one start, 8 MiB/bs (800 MiB).
+    # pooled Q=1 fit: 8 MiB/bs → predictions 800, 800, 800 → residuals +400, +300, 0
+    rows = run_rows("a1", {"decode_graph": (200.0, 400.0, "under")}, model="x/A", group="s1")
+    rows += run_rows("a2", {"decode_graph": (200.0, 500.0, "under")}, model="x/A", group="s2")
+    rows += run_rows("b1", {"decode_graph": (200.0, 800.0, "under")}, model="x/B", group="s3")
+    t = term(calibrate([str(write_frame(tmp_path / "res", rows))]), "decode_graph")
+    assert t.residuals == (400.0, 300.0, 0.0)
+    # LOMO: A held out → fit on B = 8 → a1 +400, a2 +300; B held out → fit on A = 5 → 500 − 800 = −300 (under)
+    assert (t.lomo.sets, t.lomo.tested, t.lomo.under) == (2, 3, ("b1",))
+    assert dict(t.lomo.residuals) == {"a1": 400.0, "a2": 300.0, "b1": -300.0}
+    # LOO (by start): s1 out → 8 → +400; s2 out → 8 → +300; s3 out → 5 → −300
+    assert (t.loo.sets, t.loo.under, dict(t.loo.residuals)) == (3, ("b1",), {"a1": 400.0, "a2": 300.0, "b1": -300.0})
+    text = render_text(calibrate([str(tmp_path / "res")]))
+    assert "+0.0 … +400.0" in text  # the residual range in the summary table
+
+
+def test_groups_need_the_minimum_count(tmp_path: Path) -> None:
+    # Llama: 3 runs at 2, 3, 4 MiB/bs (bs 100) → 4; Qwen3: 3 runs at 6, 6, 7 → 7; DeepseekV3: 1 run (too few)
+    rows = []
+    for i, m in enumerate((200.0, 300.0, 400.0)):
+        rows += run_rows(f"l{i}", {"decode_graph": (200.0, m, "under")}, architecture="LlamaForCausalLM")
+    for i, m in enumerate((600.0, 600.0, 700.0)):
+        rows += run_rows(f"q{i}", {"decode_graph": (200.0, m, "under")}, architecture="Qwen3ForCausalLM")
+    rows += run_rows("d0", {"decode_graph": (200.0, 900.0, "under")}, architecture="DeepseekV3ForCausalLM")
+    t = term(calibrate([str(write_frame(tmp_path / "res", rows))]), "decode_graph")
+    fam = [(g.group, g.runs, g.value) for g in t.groups if g.dimension == "model family"]
+    assert fam == [("Llama", 3, 4.0), ("Qwen3", 3, 7.0)]
+    assert t.fit.slope == 9.0  # pooled: every run, DeepseekV3 included
+    # one a2a backend only (all null): no a2a grouping
+    assert not [g for g in t.groups if g.dimension == "a2a backend"]
 
 
 # ------------------------------------------------------------------------------ the other terms
@@ -271,31 +331,61 @@ def test_kv_recovered_respects_the_floor(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------- real logs, degenerate input
 
 
-def test_ingested_logs(ingested: Path) -> None:
-    """On real logs only the decode graph is observable: its constant is the largest measured ÷ (reserved ÷ 2)."""
+def test_ingested_logs_without_defaulted_inputs_fit_nothing_that_rests_on_inputs(ingested: Path) -> None:
+    """Today's ingest writes no defaulted_inputs: which inputs a log printed is unknown, so no run is evidence."""
     df = load_results(ingested)
+    assert "defaulted_inputs" not in df.columns  # the store's column is coming (profiler/store.py)
     dg = df[(df["term"] == "decode_graph") & df["term_verdict"].isin(["under", "fits", "over"])]
-    ratios = (dg["measured_mib"] / (dg["reserved_mib"] / 2)).sort_values(ascending=False)
     cal = calibrate([str(ingested)])
     t = term(cal, "decode_graph")
-    assert t.runs == len(dg) >= 3
-    assert t.fit.slope == pytest.approx(ratios.iloc[0])
-    assert t.under_fitted == () and cal.scenarios_under_fitted == ()
+    assert t.fit is None and t.formula == "no evidence from read inputs"
+    assert sorted(e.run_id for e in t.excluded) == sorted(dg["run_id"]) and len(t.excluded) == 6
+    assert all("no defaulted_inputs column" in e.why for e in t.excluded)
+    assert any("no defaulted_inputs column" in n for n in cal.notes)
+    assert "6 run(s) measured it, none from read inputs" in render_text(cal)
+
+
+def test_ingested_logs_a_defaulted_bs_list_is_not_evidence(ingested: Path, tmp_path: Path) -> None:
+    """sglang-pr8258.log printed no max_bs: its reserve used the 160 default, though its capture line lists bs
+    up to 512, so 7536.6 MiB ÷ 160 = 47.1 MiB/bs is an artefact. Marked defaulted, it leaves the fit; the rest
+    read their inputs, and the constant is the largest remaining measured ÷ (reserved ÷ 2)."""
+    res = tmp_path / "ing"
+    shutil.copytree(ingested, res)
+    mark_defaulted(res, {"sglang-pr8258.log#0": "decode_max_bs,chunked_prefill_size"})
+    df = load_results(res)
+    dg = df[(df["term"] == "decode_graph") & df["term_verdict"].isin(["under", "fits", "over"])]
+    ratios = (dg["measured_mib"] / (dg["reserved_mib"] / 2)).round(6)
+    assert ratios[dg["run_id"] == "sglang-pr8258.log#0"].iloc[0] == pytest.approx(7536.6 / 160, abs=0.1)  # 47.1
+    kept = ratios[dg["run_id"] != "sglang-pr8258.log#0"].sort_values(ascending=False)
+    cal = calibrate([str(res)])
+    t = term(cal, "decode_graph")
+    assert t.runs == len(dg) - 1 == 5
+    assert t.fit.slope == pytest.approx(kept.iloc[0], rel=1e-6)  # Llama-4-Maverick: 6338.6 ÷ 160 ≈ 39.6
+    assert t.fit.slope < 40 and t.under_fitted == () and cal.scenarios_under_fitted == ()
+    assert [(e.run_id, e.why) for e in t.excluded] == [
+        ("sglang-pr8258.log#0", "x rests on decode_max_bs, taken from defaults rather than read")
+    ]
     # leave-one-out: the run holding the max is under-reserved without it iff its ratio beats the runner-up
-    top = dg.loc[ratios.index[0], "run_id"]
-    assert (top in t.loo_under) == (ratios.iloc[0] > ratios.iloc[1])
+    top = dg.loc[kept.index[0], "run_id"]
+    assert (top in t.loo_under) == (kept.iloc[0] > kept.iloc[1])
+    # leave-one-model-out: 4 models (DeepSeek-V4-Flash twice); each predicted by the others' max ratio
+    assert t.lomo is not None and (t.lomo.sets, t.lomo.tested) == (4, 5)
     text = render_text(cal)
     for name in ("activation", "constant", "parallel", "deepep_a2a", "floor_topup"):
         assert f"  {name}: not observable in these results" in text
     assert "decode_graph: memory_hook.reserve_for_graph_mb: decode max_bs * 2" in text
+    assert "sglang-pr8258.log#0: x rests on decode_max_bs, taken from defaults rather than read" in text
     for key in ("activation", "constant", "parallel", "deepep_a2a", "floor_topup", "prefill_graph"):
         assert term(cal, key).fit is None and term(cal, key).formula == "not observable in these results"
 
 
-def test_json_is_the_same_object(ingested: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert run_calibrate([str(ingested)], json_out=True) == 0
+def test_json_is_the_same_object(ingested: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    res = tmp_path / "ing"
+    shutil.copytree(ingested, res)
+    mark_defaulted(res, {})
+    assert run_calibrate([str(res)], json_out=True) == 0
     obj = json.loads(capsys.readouterr().out)
-    cal = calibrate([str(ingested)])
+    cal = calibrate([str(res)])
     dg = next(t for t in obj["terms"] if t["key"] == "decode_graph")
     assert dg["fit"]["slope"] == pytest.approx(term(cal, "decode_graph").fit.slope)
     assert dg["runs"] == term(cal, "decode_graph").runs
@@ -318,6 +408,8 @@ def test_store_written_runs(tmp_path: Path) -> None:
     # through Store.add: decode 1500 MiB measured at max_bs 512 (reserved 1024) → 2.9296875 MiB/bs
     dg = TermComparison("decode_graph", 1024.0, 1500.0, "under", "decode capture Δ")
     store_run(tmp_path / "s", "r1", [dg], ctx=RunContext(group="r1", decode_max_bs=512, hidden_size=7168))
+    # a probe run reads its inputs from its own scenario: the store will say "" (marked here until it does)
+    mark_defaulted(tmp_path / "s", {})
     t = term(calibrate([str(tmp_path / "s")]), "decode_graph")
     assert t.fit.slope == pytest.approx(1500 / 512)
     assert t.observations[0].hidden == 7168

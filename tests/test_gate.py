@@ -75,7 +75,13 @@ def test_clean_results_pass_and_under_reserved_fail(tmp_path, capsys):
     bad = _store(tmp_path / "b", _run("llama-decode", 600.0))
     assert run_gate(bad, None, "5%", str(tmp_path / "j.xml")) == 1
     out = capsys.readouterr().out
-    assert "FAIL" in out and "term decode_graph: under-reserved: measured 600 MiB > reserved 512 MiB" in out
+    # off a terminal the failed checks are a Markdown table (profiler.ui): one row per failed check
+    assert out.splitlines()[0] == "FAIL: 4 checks over 1 scenarios, 1 failed"
+    assert [c.strip() for c in out.splitlines()[1].split("|")[1:-1]] == ["scenario", "check", "why it failed"]
+    assert (
+        "| llama-decode | term decode_graph | under-reserved: measured 600 MiB > reserved 512 MiB (decode capture Δ) |"
+        in out
+    )
     suite = ET.parse(tmp_path / "j.xml").getroot()
     assert suite.get("failures") == "1"
     fail = suite.find(".//testcase[@name='term decode_graph']/failure")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import re
 import shutil
 from pathlib import Path
@@ -16,12 +17,15 @@ from profiler.ingest import run_ingest
 from profiler.report import DPI, MAX_HEIGHT_IN, SEVERITY, WIDTH_IN, run_report, write_report
 from profiler.store import RunContext, load_results
 from tests.conftest import FIXTURES
-from tests.fixtures.results.handmade import store_run, write_frame
+from tests.fixtures.results.handmade import store_run, write_frame, write_ledger
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+RULE = re.compile(r"^\|(?::?-+:?\|)+$", re.M)  # a pipe table's rule row (tabulate writes |:----|----:|)
 SECTIONS = [
+    "## Summary",
     "## What sglang reserves, and what was measured",
     "## Runs, worst first",
+    "## Where the memory went, per run (ledger)",
     "## Reserved vs measured, per term",
     "## Decode-graph memory vs batch size",
     "## DeepEP: measured vs analytic vs the 2 GiB reserve",
@@ -97,10 +101,16 @@ def test_report_on_ingested_logs(ingested: Path, tmp_path: Path) -> None:
     for p in pngs:
         check_png(p)
     assert sorted(paths) == sorted([out / "report.md", out / "report.html", *pngs])
-    # the HTML references exactly these images, relatively
+    # the page embeds exactly these images (data: URIs holding the very bytes of each PNG): self-contained
     page = (out / "report.html").read_text()
-    assert sorted(re.findall(r'<img src="([^"]+)"', page)) == [p.name for p in pngs]
-    assert page.count("<table") == md.count("\n|---")
+    embedded = dict(
+        (f, src) for src, f in re.findall(r'<img src="data:image/png;base64,([^"]+)" alt="[^"]*" title="([^"]+)"', page)
+    )
+    assert sorted(embedded) == [p.name for p in pngs]
+    for name, data in embedded.items():
+        assert base64.b64decode(data) == (out / name).read_bytes()
+    assert "http://" not in page and "https://" not in page  # nothing fetched from anywhere
+    assert page.count("<table") == len(RULE.findall(md)) > 0  # one HTML table per Markdown table
 
 
 def test_run_table_is_worst_first(ingested: Path, tmp_path: Path) -> None:
@@ -146,7 +156,7 @@ def probe_results(root: Path) -> Path:
               deepep_analytic_mib=2172.0, headroom_mib=3000.0, used_after_kv_mib=4000.0, verdict="ok")  # fmt: skip
     act = TermComparison("activation", 3072.0, 1000.0, "over", "runtime peak above the post-startup baseline")
     store_run(root, 'evil<b>|"run', [act], headroom_mib=600.0, verdict="tight", reason="600 MiB <free>")
-    return root
+    return write_ledger(root)
 
 
 def test_report_with_probe_runs(tmp_path: Path) -> None:
@@ -172,9 +182,39 @@ def test_report_with_probe_runs(tmp_path: Path) -> None:
     # escaping: the hostile run id and reason are text in both documents, never markup
     page = (res / "report.html").read_text()
     assert "evil<b>" not in page
-    assert "&lt;free&gt;" in page and 'evil&lt;b&gt;|"run' in page
+    assert "&lt;free&gt;" in page and "evil&lt;b&gt;|&#34;run" in page
     assert "evil&lt;b>\\|" in md or "evil&lt;b&gt;\\|" in md
     assert "evil<b>" not in md
+
+
+def test_ledger_per_run(tmp_path: Path) -> None:
+    """The hand-made ledgers (tests/fixtures/results/handmade.py: LEDGERS): lines in book order, shares of free
+    at start, the residual said, and one stacked bar per run."""
+    res = probe_results(tmp_path / "res")
+    write_report(res, html_out=True)
+    md = (res / "report.md").read_text()
+    sec = md.split("## Where the memory went, per run (ledger)", 1)[1].split("\n## ", 1)[0]
+    assert "### dsv3-decode (rank 0): closes" in sec
+    assert '### evil&lt;b>\\|"run (rank 3): residual 500 MiB' in sec  # a heading, escaped like a cell
+    assert "Lines sum to 140,000 MiB of 140,000 MiB free at start; residual 0 MiB (the books close)." in sec
+    # the evil run: 16,000 + 45,000 + 1,000 + 500 + 7,000 = 69,500 of 70,000 → 500 MiB unexplained
+    assert "residual 500 MiB (the books do not close)" in sec and "Lines sum to 69,500 MiB of 70,000 MiB" in sec
+    rows = md_table_after(md, "### dsv3-decode (rank 0)")
+    head, body = rows[0], rows[2:]
+    assert [r[0] for r in body] == ["weights", "kv_pool", "decode_graph", "deepep_a2a", "unattributed", "headroom"]
+    # shares: 80,000 / 140,000 = 57.1%, 50,000 → 35.7%, 700 → 0.5%, 3,100 → 2.2%, 1,200 → 0.9%, 5,000 → 3.6%
+    share = head.index("share of free at start")
+    assert [r[share] for r in body] == ["57.1%", "35.7%", "0.5%", "2.2%", "0.9%", "3.6%"]
+    assert [r[head.index("how")] for r in body] == ["read", "read", "read", "read", "implied", "read"]
+    check_png(res / "report_ledger.png", 1.8 + 0.55 * 2)
+    page = (res / "report.html").read_text()
+    assert page.count("<details") == 2 and "<details open><summary>evil&lt;b&gt;" in page  # open: it does not close
+
+
+def test_no_ledger_yet(ingested: Path, tmp_path: Path) -> None:
+    write_report(ingested, out=tmp_path)
+    assert "No ledger in these results (no ledger.parquet)" in (tmp_path / "report.md").read_text()
+    assert not (tmp_path / "report_ledger.png").exists()
 
 
 def test_run_report_prints_paths(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -47,8 +47,12 @@ def test_one_failing_and_one_hung_run_do_not_stop_the_others(tmp_path):
     man = json.loads((tmp_path / "r" / "manifest.json").read_text())
     assert man["runs"]["ok"]["status"] == "ok" and man["runs"]["hang"]["status"] == "failed"
     summary = "\n".join(lines)
-    assert "[3/3] 100%" in summary and "ETA" in summary
+    # one line per finished run, and the bar's plain status (profiler.ui) ending on 3/3
+    assert sorted(x.split(":")[0].split()[1] for x in lines if x.startswith("[")) == ["crash-startup", "hang", "ok"]
+    assert any(x.startswith("[3/3] ") for x in lines)
+    assert any(x.startswith("sweep: 3/3 (100%)") for x in lines)
     assert "hang" in summary and "timeout" in summary  # the summary table
+    assert "| scenario " in summary and "| status " in summary  # off a terminal: a Markdown table
 
 
 def test_budget_interrupts_then_resume_finishes(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from profiler import ui
 from profiler.runner.run import RunResult
 
 
@@ -18,14 +19,16 @@ def render_run(res: RunResult) -> str:
     if m.memory_kind == "host":
         lines.append("  host-memory measurement (no CUDA): numbers are the scheduler's RSS, not GPU memory")
     for r in m.ranks:
-        lines.append(f"  rank {r.label or '(single)'} pid {r.pid}: phase, used {unit}, peak, elapsed")
+        rows = []
         for p in r.phases:
             peak = None
             if p.peak is not None:
                 peak = p.peak.torch_peak_reserved_mib if m.memory_kind == "gpu" else p.peak.rss_mib
-            extra = f", ladder {len(p.ladder)} sizes" if p.ladder else ""
-            el = f"{p.elapsed_s:.2f} s" if p.elapsed_s is not None else ""
-            lines.append(f"    {p.name:<22} {_f(p.used_mib):>10}  {_f(peak):>10}  {el}{extra}")
+            el = f"{p.elapsed_s:.2f} s" if p.elapsed_s is not None else None
+            rows.append([p.name, _f(p.used_mib), _f(peak), el, f"{len(p.ladder)} sizes" if p.ladder else ""])
+        head = ["phase", f"used {unit}", "peak", "elapsed", "decode ladder"]
+        title = f"rank {r.label or '(single)'} pid {r.pid}"
+        lines.append(ui.table(head, rows, right=[False, True, True, True, False], title=title))
     for lr in res.load:
         lines.append(f"  load {lr.plan.kind}: {lr.ok}/{lr.plan.requests} ok, {lr.elapsed_s:.1f} s")
     if res.failure:
