@@ -70,6 +70,7 @@ class Charge:
     how: str  # read | implied | estimated
     source: str
     order: int  # position on the rank's timeline
+    complete: bool = True  # False: the window had not ended when the record does (a lower bound of its usage)
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,9 +165,10 @@ class Attribution:
     notes: list[str] = field(default_factory=list)
 
     def total(self, line: str, *, peak: bool = False, role: str | None = None) -> float | None:
-        """Σ of one line's charges (their peaks with `peak`); None when nothing was charged to it."""
+        """Σ of one line's charges (their peaks with `peak`); None when nothing was charged to it, or when a
+        window charged to it never ended (its figure is only a lower bound: no measurement of the term)."""
         cs = [c for c in self.charges if c.line == line and (role is None or c.window.endswith(f"[{role}]"))]
-        if not cs:
+        if not cs or not all(c.complete for c in cs):
             return None
         return sum(c.peak_mib if peak else c.mib for c in cs)
 
@@ -316,8 +318,10 @@ class _Walk:
         self.skipped: list[str] = []  # windows in this gap that lack a reading (their memory is in the gap)
         self.worst = (start, "start", 0, None, "read")  # (level, where, first window not held, inside, how)
 
-    def charge(self, line: str, window: str, mib: float, peak: float, how: str, source: str) -> None:
-        self.att.charges.append(Charge(line, window, mib, peak, how, source, self.window))
+    def charge(
+        self, line: str, window: str, mib: float, peak: float, how: str, source: str, complete: bool = True
+    ) -> None:
+        self.att.charges.append(Charge(line, window, mib, peak, how, source, self.window, complete))
 
     def gap(self, to_level: float, what: str) -> None:
         """Charge what changed between the last reading and `to_level` that no window covers."""
@@ -454,11 +458,12 @@ def _charge_window(w: _Walk, rank: Rank, p: Phase, host: bool, *, split: bool) -
         src = f"{p.name}: " + ("mem usage as printed" if printed else f"window Δ ({layer})") + minus
         if p.source == "log" and _level(p.before, host) is None and not printed:
             src += ", from the previous reading"
+        unfinished = p.after is None or bool(p.details.get("in_flight"))
         if p.source == "log" and _level(p.after, host) is None and p.ladder and not printed:
-            src += ", to its lowest capture-progress reading" + (" (still capturing when the log ends)"
-                                                                  if p.details.get("in_flight") or p.after is None
+            src += ", to its lowest capture-progress reading" + (" (still capturing when the log ends: a lower bound)"
+                                                                  if unfinished
                                                                   else " (its end line prints no memory)")  # fmt: skip
-        w.charge(line, name, own, peak_own, how_own, src)
+        w.charge(line, name, own, peak_own, how_own, src, complete=not unfinished)
     w.window = idx + 1
     w.cursor = b - net
     w.last = f"the end of {p.name}"

@@ -41,7 +41,7 @@ from profiler.calibrate import (
 )
 from profiler.deepep import HEURISTIC_RESERVE_BYTES, MIB
 from profiler.errors import MemfracError
-from profiler.store import load_ladder, load_results
+from profiler.store import load_ladder, load_ledger, load_results
 from profiler.verdict import TIGHT_MIB
 
 DPI = 100
@@ -270,33 +270,8 @@ def _save(fig: Figure, path: Path) -> Path:
 # ---------------------------------------------------------------------------------------------------
 
 
-#: ledger.parquet (profiler/ledger.py): per run and rank, where the memory free at start went, line by line.
-LEDGER_COLUMNS: dict[str, str] = {
-    "run_id": "string",
-    "rank": "string",
-    "line": "string",  # weights | kv_pool | a term name | unattributed | headroom
-    "mib": "float64",
-    "how": "string",  # read | implied | estimated
-    "source": "string",
-    "worst_point": "string",
-    "free_at_start_mib": "float64",
-    "residual_mib": "float64",
-    "closes": "bool",
-}
 #: Ledger lines in book order (terms in TERM_NAMES order between the pool and the unattributed rest).
 _LEDGER_FIRST, _LEDGER_LAST = ("weights", "kv_pool"), ("unattributed", "headroom")
-
-
-def load_ledger(results_dir: str | Path) -> pd.DataFrame:
-    """R/ledger.parquet with the documented dtypes; an empty frame of those columns when there is none yet."""
-    path = Path(results_dir) / "ledger.parquet"
-    if not path.exists():
-        return pd.DataFrame({c: pd.Series(dtype=t) for c, t in LEDGER_COLUMNS.items()})
-    df = pd.read_parquet(path)
-    missing = [c for c in LEDGER_COLUMNS if c not in df.columns]
-    if missing:
-        raise MemfracError(f"{path}: not a memfrac ledger (missing columns: {', '.join(missing)})")
-    return df[list(LEDGER_COLUMNS)].astype(LEDGER_COLUMNS)
 
 
 def ledger_order(line: str) -> int:
@@ -702,20 +677,27 @@ def ledger_section(ledger: pd.DataFrame, out: Path) -> Section:
         )
     )
     runs = []
-    for (run, rank), g in ledger.groupby(["run_id", "rank"], sort=True):
+    judged = ledger[ledger["judged"].fillna(True).astype(bool)]
+    for (run, rank), g in judged.groupby(["run_id", "rank"], sort=True):
         g = g.assign(_o=g["line"].map(ledger_order)).sort_values(["_o", "line"])
         free, resid = as_float(g["free_at_start_mib"].iloc[0]), as_float(g["residual_mib"].iloc[0])
-        closes = bool(g["closes"].iloc[0])
+        opening = as_float(g["opening_mib"].iloc[0]) if free is None else free
+        closes = not pd.isna(g["closes"].iloc[0]) and bool(g["closes"].iloc[0])
         total = float(g["mib"].astype(float).sum())
-        runs.append((str(run), str(rank), g, free, resid, closes))
+        runs.append((str(run), str(rank), g, opening, resid, closes))
         table = pd.DataFrame([
             {"line": str(r["line"]), "MiB": mib(r["mib"]),
              "share of free at start": _DASH if not free else f"{float(r['mib']) / free:.1%}",
              "how": as_text(r["how"]), "source": as_text(r["source"]), "worst point": as_text(r["worst_point"])}
             for _, r in g.iterrows()
         ])  # fmt: skip
-        books = (f"Lines sum to {mib(total)} MiB of {mib(free)} MiB free at start; residual {mib(resid)} MiB "
+        where = f"{mib(free)} MiB free at start" if free is not None else (
+            f"{mib(opening)} MiB at {as_text(g['opens_at'].iloc[0])} (free at start unknown)")
+        books = (f"Lines sum to {mib(total)} MiB of {where}; residual {mib(resid)} MiB "
                  f"({'the books close' if closes else 'the books do not close'}).")  # fmt: skip
+        after = as_text(g["after_worst"].iloc[0])
+        if after:
+            books += f" Charged after the worst point (not held there): {after} MiB."
         label = f"{run} (rank {rank}): {'closes' if closes else f'residual {mib(resid)} MiB'}"
         s.blocks.append(Details(label, (Para(books), Table(table)), open=not closes))
     s.blocks.append(Image(plot_ledger(runs, out / "report_ledger.png").name, "ledger per run: stacked MiB"))

@@ -33,6 +33,7 @@ from profiler import __version__
 from profiler.compare import Comparison
 from profiler.errors import MemfracError
 from profiler.measurement import Measurement
+from profiler.provenance import defaulted_inputs
 
 SCHEMA_VERSION = 1
 
@@ -254,34 +255,6 @@ def result_rows(m: Measurement, c: Comparison, ctx: RunContext = RunContext()) -
         }
     )
     return rows
-
-
-#: Heuristic inputs a log may leave to defaults, and the server args that carry them.
-HEURISTIC_ARGS = {
-    "decode_max_bs": ("cuda_graph_max_bs", "cuda_graph_max_bs_decode", "cuda_graph_bs", "cuda_graph_bs_decode",
-                      "cuda_graph_config"),
-    "chunked_prefill_size": ("chunked_prefill_size",),
-    "max_running_requests": ("max_running_requests",),
-    "prefill_bs": ("cuda_graph_bs_prefill", "piecewise_cuda_graph_tokens", "cuda_graph_max_bs_prefill",
-                   "piecewise_cuda_graph_max_tokens", "cuda_graph_config", "disable_piecewise_cuda_graph"),
-}  # fmt: skip
-
-
-def defaulted_inputs(m: Measurement) -> str | None:
-    """Which heuristic inputs of a run were defaults rather than read. A memfrac run gives sglang every input
-    through its scenario (resolved values come back in /server_info): none. A log: those whose args it does
-    not print (`args_from` names where each printed one came from, when the log parser records it)."""
-    if m.source == "probe":
-        return ""
-    if not m.args:
-        return None
-    printed = getattr(m, "args_from", None) or {}
-    missing = [
-        name
-        for name, keys in HEURISTIC_ARGS.items()
-        if not any(k in m.args and printed.get(k, "read") != "default" for k in keys)
-    ]
-    return ",".join(missing)
 
 
 def ladder_rows(m: Measurement, c: Comparison) -> list[dict[str, Any]]:

@@ -11,6 +11,7 @@ import json
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -331,18 +332,27 @@ def test_kv_recovered_respects_the_floor(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------- real logs, degenerate input
 
 
-def test_ingested_logs_without_defaulted_inputs_fit_nothing_that_rests_on_inputs(ingested: Path) -> None:
-    """Today's ingest writes no defaulted_inputs: which inputs a log printed is unknown, so no run is evidence."""
+def test_ingested_logs_fit_only_from_inputs_they_printed(ingested: Path) -> None:
+    """ingest records which heuristic inputs each log left to defaults (profiler/provenance.py): a run is decode-
+    graph evidence only if it printed its decode max_bs / bs list and graph backend; sglang-pr8258.log printed no
+    max_bs (its capture line lists bs up to 512, its reserve used the 160 default: 47.1 MiB/bs is an artefact)."""
+    from profiler.calibrate import X_INPUTS
+
     df = load_results(ingested)
-    assert "defaulted_inputs" not in df.columns  # the store's column is coming (profiler/store.py)
-    dg = df[(df["term"] == "decode_graph") & df["term_verdict"].isin(["under", "fits", "over"])]
+    assert "defaulted_inputs" in df.columns
+    total = df[df["term"] == "total"].set_index("run_id")["defaulted_inputs"]
     cal = calibrate([str(ingested)])
     t = term(cal, "decode_graph")
-    assert t.fit is None and t.formula == "no evidence from read inputs"
-    assert sorted(e.run_id for e in t.excluded) == sorted(dg["run_id"]) and len(t.excluded) == 6
-    assert all("no defaulted_inputs column" in e.why for e in t.excluded)
-    assert any("no defaulted_inputs column" in n for n in cal.notes)
-    assert "6 run(s) measured it, none from read inputs" in render_text(cal)
+    excluded = {e.run_id for e in t.excluded}
+    assert "sglang-pr8258.log#0" in excluded
+    for e in t.excluded:  # every exclusion names an input of the term, or says the provenance is unknown
+        d = total.get(e.run_id)
+        assert pd.isna(d) or set(str(d).split(",")) & set(X_INPUTS["decode_graph"]), e
+    dg = df[(df["term"] == "decode_graph") & df["term_verdict"].isin(["under", "fits", "over"])]
+    kept = set(dg["run_id"]) - excluded
+    for run in kept:
+        assert not (set(str(total[run]).split(",")) & set(X_INPUTS["decode_graph"]))
+    assert t.runs == len(kept)
 
 
 def test_ingested_logs_a_defaulted_bs_list_is_not_evidence(ingested: Path, tmp_path: Path) -> None:
@@ -408,8 +418,8 @@ def test_store_written_runs(tmp_path: Path) -> None:
     # through Store.add: decode 1500 MiB measured at max_bs 512 (reserved 1024) → 2.9296875 MiB/bs
     dg = TermComparison("decode_graph", 1024.0, 1500.0, "under", "decode capture Δ")
     store_run(tmp_path / "s", "r1", [dg], ctx=RunContext(group="r1", decode_max_bs=512, hidden_size=7168))
-    # a probe run reads its inputs from its own scenario: the store will say "" (marked here until it does)
-    mark_defaulted(tmp_path / "s", {})
+    # a probe run reads its inputs from its own scenario: the store says "" (profiler/provenance.py)
+    assert set(load_results(tmp_path / "s")["defaulted_inputs"]) == {""}
     t = term(calibrate([str(tmp_path / "s")]), "decode_graph")
     assert t.fit.slope == pytest.approx(1500 / 512)
     assert t.observations[0].hidden == 7168

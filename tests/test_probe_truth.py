@@ -311,10 +311,15 @@ def test_results_directory_holds_the_ledger_and_the_ladder_in_capture_order(trac
 
 def test_a_log_names_the_inputs_it_left_to_defaults():
     """A log whose server_args print no cuda_graph_max_bs / chunked_prefill_size: those came from defaults."""
-    from profiler.store import defaulted_inputs
+    from profiler.provenance import defaulted_inputs
 
-    m = Measurement(id="x", source="log", args={"tp_size": 8, "chunked_prefill_size": 8192})
-    assert defaulted_inputs(m) == "decode_max_bs,max_running_requests,prefill_bs"
+    m = Measurement(id="x", source="log", args={"tp_size": 8, "chunked_prefill_size": 8192, "cuda_graph_bs": [1, 2]})
+    m.identity.gpu_total_how = "first avail mem 139.80 GiB ≈ H200"
+    assert defaulted_inputs(m) == (
+        "decode_backend,disable_cuda_graph,max_prefill_tokens,max_running_requests,speculative_num_draft_tokens,"
+        "prefill_max_bs,prefill_bs,prefill_backend,max_total_tokens,pp,attn_dp,moe_a2a_backend,deepep_mode,"
+        "deepep_tokens,gpu_mem_mib"
+    )
     assert defaulted_inputs(Measurement(id="y", source="log")) is None  # no args at all: unknown
 
 
