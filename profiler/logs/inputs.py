@@ -24,7 +24,7 @@ from typing import BinaryIO
 
 from profiler.errors import MemfracError
 
-CHUNK_BYTES = 1 << 20
+CHUNK_BYTES = 4 << 20
 SNIFF_BYTES = 8192
 
 MAGIC: tuple[tuple[bytes, str], ...] = (
@@ -174,10 +174,15 @@ class _Counting:
 
 
 def _stream(f: BinaryIO, name: str, size: int, raw: _Counting) -> Iterator[bytes]:
+    got = False
     try:
         while chunk := f.read(size):
+            got = True
             yield chunk
-    except (OSError, EOFError, lzma.LZMAError, zlib.error) as e:
+    except EOFError as e:  # a stream cut off (a log rotated or copied while written): keep what was there
+        if not got:
+            raise MemfracError(f"{name}: compressed data is cut off before any text ({e})") from e
+    except (OSError, lzma.LZMAError, zlib.error) as e:
         raise MemfracError(f"{name}: compressed data is damaged or cut off ({e})") from e
     except Exception as e:  # zstandard.ZstdError and friends
         if type(e).__module__.startswith("zstandard"):
