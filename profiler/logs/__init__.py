@@ -50,8 +50,9 @@ class LogFile(NamedTuple):
         if self.kind.endswith("empty"):
             return f"{self.path}: {self.kind} (nothing inside): no server run"
         what = "" if self.kind == "text" else f", {self.kind}"
-        return (f"{self.path}: {self.lines:,} lines of text{what}, none from an sglang server (no startup, memory "
-                "or failure line): no server run")  # fmt: skip
+        lines = f"{self.lines:,} line{'' if self.lines == 1 else 's'}"
+        return (f"{self.path}: {lines} of text{what}, none from an sglang server (no startup, memory or failure "
+                "line): no server run")  # fmt: skip
 
 
 def read_log(

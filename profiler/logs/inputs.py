@@ -78,8 +78,10 @@ def sniff(path: str | os.PathLike[str]) -> str:
 def _text_kind(head: bytes) -> str:
     if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
         return "utf-16"
-    if len(head) >= 4 and head.count(0) * 3 >= len(head) and (head[1::2].count(0) * 2 > len(head) // 2 - 2):
-        return "utf-16"  # UTF-16-LE without a BOM: every other byte is NUL
+    if len(head) >= 8:
+        odd, even = head[1::2], head[0::2]
+        if odd.count(0) >= 0.9 * len(odd) and even.count(0) <= 0.1 * len(even) and _text_kind(even) == "text":
+            return "utf-16"  # UTF-16-LE without a BOM (ASCII text: every odd byte is NUL)
     bad = sum(1 for b in head if b < 32 and b not in _TEXT_CONTROL)
     return "binary" if bad * 20 > len(head) else "text"  # >5% control bytes: not a text log
 

@@ -491,6 +491,10 @@ _SHAPE_TOKEN = re.compile(r"\d+|\s+|[^\d\s]+")
 # one (it has a digit, "|" or ">"), that prefix is evidence of the file's shape too.
 _KNOWN_HEAD = re.compile(r"Capturing |Loading safetensors|Traceback \(most recent|torch\.OutOfMemoryError")
 _PREFIXISH = re.compile(r"[\d|>]")
+# A timestamp-like lead (digits and date/time punctuation, up to three tokens) that most lines of a file start
+# with: learned by repetition alone, for files without a complete sglang record (a pasted command, a traceback).
+_NUMERIC_LEAD = re.compile(r"(?:\d[\dTZ:.,+\-/]*\s+){1,3}")
+_FENCE = re.compile(r"```[\w+-]*[ \t]*")  # a markdown fence glued to the first line of a pasted block
 _PID = re.compile(r"\[(\d{2,})\]|\bpid[=: ](\d+)")
 
 
@@ -522,8 +526,19 @@ class PrefixLearner:
 
     def learn_text(self, head: str) -> None:
         """Learn shapes from a block of text (the file's head), before its lines are parsed."""
+        leads: dict[str, int] = {}
+        n = 0
         for text in head.splitlines():
+            n += 1
             self._observe(text)
+            m = _NUMERIC_LEAD.match(text)
+            if m is not None:
+                sh = shape(m.group())
+                leads[sh] = leads.get(sh, 0) + 1
+        for sh, c in leads.items():
+            if c >= 3 and c * 3 >= n and sh not in self.counts:
+                self.counts[sh] = 1
+                self._count_shape(sh)
 
     def _observe(self, text: str) -> None:
         if not text or text[0] == "[":
@@ -539,7 +554,9 @@ class PrefixLearner:
     def _count(self, lead: str) -> None:
         if not lead.strip():
             return  # indentation: always removed, nothing to learn
-        sh = shape(lead)
+        self._count_shape(shape(lead))
+
+    def _count_shape(self, sh: str) -> None:
         n = self.counts.get(sh, 0) + 1
         if n > 1000:
             return
@@ -564,6 +581,11 @@ class PrefixLearner:
         if body[:1] in (" ", "\t"):
             body = body.lstrip(" \t")
             lead = text[: len(text) - len(body)]
+        if body[:3] == "```":
+            f = _FENCE.match(body)
+            if f is not None:
+                lead += body[: f.end()]
+                body = body[f.end() :]
         for _sh, rx in self._known:
             k = rx.match(body)
             if k is not None and k.end() > 0:
@@ -611,10 +633,14 @@ def _pid(lead: str) -> int | None:
 
 def unquote(text: str) -> str:
     """Strip paste damage in front of a record: "> " quote marks and docker compose service prefixes."""
-    if text.startswith(">"):
-        text = _QUOTE.sub("", text)
-    if " | " in text[:80]:
-        text = _COMPOSE.sub("", text, count=1)
+    for _ in range(4):  # nested: "> " quotes around compose output, compose around compose
+        before = text
+        if text.startswith(">"):
+            text = _QUOTE.sub("", text)
+        if " | " in text[:80]:
+            text = _COMPOSE.sub("", text, count=1)
+        if text == before:
+            break
     return text
 
 
