@@ -20,7 +20,7 @@ import re
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from profiler.errors import MemfracError
 
@@ -125,11 +125,11 @@ def _decompressed(
 ) -> Iterator[bytes]:
     f = _Counting(open(path, "rb"), progress)  # noqa: SIM115 - closed by _stream
     if kind == "gzip":
-        return _zlib_stream(f, str(path), size)
+        return _incremental(f, str(path), size, lambda: zlib.decompressobj(wbits=47))
     if kind == "xz":
-        return _stream(lzma.LZMAFile(f, "rb"), str(path), size, f)  # type: ignore[arg-type]
+        return _incremental(f, str(path), size, lzma.LZMADecompressor)
     if kind == "bz2":
-        return _stream(bz2.BZ2File(f, "rb"), str(path), size, f)  # type: ignore[arg-type]
+        return _incremental(f, str(path), size, bz2.BZ2Decompressor)
     if kind == "zstd":
         try:
             import zstandard
@@ -196,24 +196,30 @@ def _stream(f: BinaryIO, name: str, size: int, raw: _Counting) -> Iterator[bytes
         raw.close()
 
 
-def _zlib_stream(f: _Counting, name: str, size: int) -> Iterator[bytes]:
-    """gzip, all members (`cat a.gz b.gz` is valid gzip)."""
-    d = zlib.decompressobj(wbits=47)
+def _incremental(f: _Counting, name: str, size: int, new: Callable[[], Any]) -> Iterator[bytes]:
+    """Decompress block by block: every member/stream of a concatenation (`cat a.gz b.gz`), and what a stream
+    cut off (copied while being written) holds up to the cut."""
+    d = new()
+    got = False
     try:
         while block := f.read(size):
             try:
                 out = d.decompress(block)
                 while d.eof and d.unused_data:
                     rest = d.unused_data
-                    d = zlib.decompressobj(wbits=47)
+                    d = new()
                     out += d.decompress(rest)
-            except zlib.error as e:
-                raise MemfracError(f"{name}: gzip data is damaged ({e})") from e
+            except (zlib.error, lzma.LZMAError, OSError, EOFError) as e:
+                raise MemfracError(f"{name}: compressed data is damaged ({e})") from e
             if out:
+                got = True
                 yield out
-        tail = d.flush()
+        tail = d.flush() if hasattr(d, "flush") else b""
         if tail:
+            got = True
             yield tail
+        if not got and not d.eof:
+            raise MemfracError(f"{name}: compressed data is cut off before any text")
     finally:
         f.close()
 
