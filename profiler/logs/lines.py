@@ -493,7 +493,7 @@ _KNOWN_HEAD = re.compile(r"Capturing |Loading safetensors|Traceback \(most recen
 _PREFIXISH = re.compile(r"[\d|>]")
 # A timestamp-like lead (digits and date/time punctuation, up to three tokens) that most lines of a file start
 # with: learned by repetition alone, for files without a complete sglang record (a pasted command, a traceback).
-_NUMERIC_LEAD = re.compile(r"(?:\d[\dTZ:.,+\-/]*\s+){1,3}")
+_NUMERIC_LEAD = re.compile(r"(?:\d[\dTZ:.,+\-/]*\s+){1,4}(?:[|:>-]\s+)?")
 _FENCE = re.compile(r"```[\w+-]*[ \t]*")  # a markdown fence glued to the first line of a pasted block
 _PID = re.compile(r"\[(\d{2,})\]|\bpid[=: ](\d+)")
 
@@ -531,13 +531,12 @@ class PrefixLearner:
         for text in head.splitlines():
             n += 1
             self._observe(text)
-            m = _NUMERIC_LEAD.match(text)
+            m = _NUMERIC_LEAD.match(unquote(text.lstrip(" \t")))
             if m is not None:
                 sh = shape(m.group())
                 leads[sh] = leads.get(sh, 0) + 1
         for sh, c in leads.items():
-            if c >= 3 and c * 3 >= n and sh not in self.counts:
-                self.counts[sh] = 1
+            while c >= 3 and c * 3 >= n and self.counts.get(sh, 0) < 2:
                 self._count_shape(sh)
 
     def _observe(self, text: str) -> None:
@@ -576,30 +575,32 @@ class PrefixLearner:
             lead = text[: m.start()]
             self._count(lead)
             return _prefixed(m, text, lead)
-        lead = ""
         body = text
-        if body[:1] in (" ", "\t"):
-            body = body.lstrip(" \t")
-            lead = text[: len(text) - len(body)]
-        if body[:3] == "```":
-            f = _FENCE.match(body)
-            if f is not None:
-                lead += body[: f.end()]
-                body = body[f.end() :]
-        for _sh, rx in self._known:
-            k = rx.match(body)
-            if k is not None and k.end() > 0:
-                lead += body[: k.end()]
-                body = body[k.end() :].lstrip(" \t") if lead.strip() else body[k.end() :]
+        learned = False
+        for _ in range(4):  # layers: "> " quotes around a docker prefix around an indented line, …
+            before = body
+            if body[:1] in (" ", "\t"):
+                body = body.lstrip(" \t")
+            if body[:3] == "```":
+                f = _FENCE.match(body)
+                if f is not None:
+                    body = body[f.end() :]
+            if not learned:
+                for _sh, rx in self._known:
+                    k = rx.match(body)
+                    if k is not None and k.end() > 0:
+                        body = body[k.end() :]
+                        learned = True
+                        break
+            if body[:1] == ">" or " | " in body[:80]:
+                body = unquote(body)
+            if body == before:
                 break
-        else:
+        if not learned:
             k2 = _KNOWN_HEAD.search(body, 0, MAX_LEAD)
             if k2 is not None and k2.start() > 0 and _PREFIXISH.search(body, 0, k2.start()):
                 self._count(body[: k2.start()])
-        if body[:1] == ">" or " | " in body[:80]:
-            stripped = unquote(body)
-            lead += body[: len(body) - len(stripped)]
-            body = stripped
+        lead = text[: len(text) - len(body)] if text.endswith(body) else ""
         return Prefixed(None, None, None, body, lead, _pid(lead))
 
 
