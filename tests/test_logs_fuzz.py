@@ -35,8 +35,13 @@ def leads(draw: st.DrawFn) -> tuple[str, list[str]]:
     host, unit = draw(HOST), draw(HOST)
     quote = draw(st.sampled_from(["", "> ", "> > "]))
     sep = draw(st.sampled_from([" ", "  ", " | ", ": "]))
-    return quote, [{"host": host, "unit": f"{unit}[{draw(st.integers(100, 99999))}]:", "svc": f"{host}-1  |",
-                    "level": draw(st.sampled_from(["stdout F", "I", "out"]))}.get(p, p) for p in parts] + [sep]  # fmt: skip
+    words = {
+        "host": host,
+        "unit": f"{unit}[{draw(st.integers(100, 99999))}]:",
+        "svc": f"{host}-1  |",
+        "level": draw(st.sampled_from(["stdout F", "I", "out"])),
+    }
+    return quote, [words.get(p, p) for p in parts] + [sep]
 
 
 def _fill(template: list[str], i: int) -> str:
