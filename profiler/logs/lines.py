@@ -439,13 +439,16 @@ class LineScanner:
 
 
 _NUMPY: Any = None
+_COUNTED = 0
+NUMPY_AFTER_BYTES = 64 << 20
 
 
 def count_newlines(data: bytes) -> int:
     """b"\\n" in `data`: numpy's vectorised compare on large blocks (3× bytes.count), bytes.count otherwise."""
-    global _NUMPY
-    if len(data) < (256 << 10):
-        return data.count(b"\n")
+    global _NUMPY, _COUNTED
+    _COUNTED += len(data)
+    if len(data) < (256 << 10) or (_NUMPY is None and _COUNTED < NUMPY_AFTER_BYTES):
+        return data.count(b"\n")  # small inputs: importing numpy would cost more than it saves
     if _NUMPY is None:
         try:
             import numpy
