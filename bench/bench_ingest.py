@@ -1,109 +1,176 @@
-"""Ingest speed of `profiler.logs.parse_log` against `grep -E` on the same big log.
+"""Ingest speed as a user sees it: whole `memfrac ingest` commands against `grep -E` on the same logs.
 
-    .venv/bin/python bench/bench_ingest.py [--mb 200] [--repeat 3]
+    .venv/bin/python bench/bench_ingest.py [--lines 4000000] [--repeat 3] [--files 8] [--skip-multi]
 
-Builds a file of at least --mb MB by concatenating the fixture logs (tests/fixtures/logs/*.log) in a
-temporary directory, then times, best of --repeat each: parse_log over it, and grep -E with the
-memory-line keywords. GNU grep stops at the first match when its output is /dev/null (it knows nothing
-will be read), so that timing is printed for completeness but the ratio uses grep writing its matches
-to a file, which makes it read the whole input as parse_log must.
+1. Production-shaped log: one real startup (tests/fixtures/logs/repo_sglang-docs_send-request_llama31-8b_1gpu.log)
+   followed by --lines lines of request traffic in sglang 0.5.23's own formats (≥ 500 MB by default):
+   "Decode batch, #running-req: …, #token: …, token usage: …, cuda graph: …, gen throughput (token/s): …,
+   #queue-req: …" and "Prefill batch, #new-seq: …" (srt/managers/scheduler_components/metrics_reporter.py,
+   report_decode_stats / report_prefill_stats, usage parts from pool_stats_observer.py) and uvicorn access
+   lines '[…] INFO:     127.0.0.1:PORT - "POST /generate HTTP/1.1" 200 OK' (srt/utils/common.py,
+   set_uvicorn_logging_configs). Traffic evidence is on: the scanner reads every peak of #running-req and
+   token usage, and the KV-pool-full / retraction / OOM keywords are in its filter.
+2. Dense log: the fixtures concatenated to the same size (about half of all lines are memory lines).
+3. Many files: --files copies of a 1/--files slice of the production log in a directory, `memfrac ingest DIR`
+   on one core and on two (taskset), reported as a speed-up.
 
-The fixtures are almost nothing but memory lines (about half of all lines match), the worst case for a
-parser; a second file of the same size mixes them with request traffic (real "Prefill/Decode batch" and
-HTTP lines, ~1 memory line in 200) as a long-running server's log looks. Use --only-fixtures to skip it.
+Timings alternate ingest and grep, median of --repeat. grep writes its matches to a file (GNU grep stops at the
+first match when its output is /dev/null, which is not what ingest does).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import random
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from profiler.logs import parse_log  # noqa: E402
-
 FIXTURES = ROOT / "tests" / "fixtures" / "logs"
-KEYWORDS = "avail mem|mem usage|avail_mem|GB|KV Cache|Capture|out of memory"
-TRAFFIC = (
-    b"[2025-07-22 06:20:01 TP0] Decode batch. #running-req: 37, #token: 18237, token usage: 0.01, cuda graph: True, "
-    b"gen throughput (token/s): 3412.12, #queue-req: 0, \n"
-    b"[2025-07-22 06:20:01 TP0] Prefill batch. #new-seq: 1, #new-token: 6, #cached-token: 0, token usage: 0.00, "
-    b"#running-req: 0, #queue-req: 0, \n"
-    b'[2025-07-22 06:20:01] INFO:     127.0.0.1:49540 - "POST /generate HTTP/1.1" 200 OK\n'
-)
+STARTUP = FIXTURES / "repo_sglang-docs_send-request_llama31-8b_1gpu.log"
+KEYWORDS = "avail mem|mem usage|avail_mem|GB|KV Cache|Capture|out of memory"  # the memory-line keywords
+MEMFRAC = [str(ROOT / ".venv" / "bin" / "memfrac")]
 
 
-def build_file(directory: Path, megabytes: int, traffic_lines: int = 0) -> Path:
-    """Concatenate the fixtures (each copy followed by `traffic_lines` lines of traffic) up to `megabytes` MB."""
-    logs = sorted(FIXTURES.glob("*.log"))
-    if not logs:
-        raise SystemExit(f"no fixture logs in {FIXTURES}")
-    one = b"".join(p.read_bytes().rstrip(b"\n") + b"\n" for p in logs)
-    one += TRAFFIC * (traffic_lines // 3)
-    target = megabytes * 1_000_000
-    out = directory / ("mixed.log" if traffic_lines else "big.log")
-    with out.open("wb") as f:
+def traffic(n: int, seed: int = 7) -> bytes:
+    """n lines of 0.5.23 request traffic: 30% decode, 40% prefill, 30% HTTP access lines."""
+    rnd = random.Random(seed)
+    out: list[str] = []
+    t0 = 1737660928
+    for i in range(0, n, 100):
+        ts = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t0 + i // 200))
+        for k in range(min(100, n - i)):
+            kind = (i + k) % 10
+            r = rnd.randint(0, 256)
+            if kind < 3:
+                tok = rnd.randint(100, 444_500)
+                out.append(
+                    f"[{ts} TP0] Decode batch, #running-req: {r}, #token: {tok}, token usage: {tok / 444_500:.2f}, "
+                    f"cuda graph: True, gen throughput (token/s): {rnd.uniform(100, 9000):.2f}, "
+                    f"#queue-req: {rnd.randint(0, 40)}\n"
+                )
+            elif kind < 7:
+                out.append(
+                    f"[{ts} TP0] Prefill batch, #new-seq: {rnd.randint(1, 8)}, #new-token: {rnd.randint(1, 16384)}, "
+                    f"#cached-token: {rnd.randint(0, 9000)}, token usage: {rnd.random():.2f}, #running-req: {r}, "
+                    f"#queue-req: {rnd.randint(0, 40)}, #pending-token: 0, cuda graph: False, "
+                    f"input throughput (token/s): {rnd.uniform(100, 90000):.2f}\n"
+                )
+            else:
+                out.append(
+                    f'[{ts}] INFO:     127.0.0.1:{rnd.randint(30000, 60000)} - "POST /generate HTTP/1.1" 200 OK\n'
+                )
+    return "".join(out).encode()
+
+
+def production_log(path: Path, lines: int) -> None:
+    with path.open("wb") as f:
+        f.write(STARTUP.read_bytes().rstrip(b"\n") + b"\n")
+        step = 500_000
+        for i in range(0, lines, step):
+            f.write(traffic(min(step, lines - i), seed=i))
+
+
+def dense_log(path: Path, size: int) -> None:
+    one = b"".join(p.read_bytes().rstrip(b"\n") + b"\n" for p in sorted(FIXTURES.glob("*.log")))
+    with path.open("wb") as f:
         written = 0
-        while written < target:
+        while written < size:
             f.write(one)
             written += len(one)
-    return out
 
 
-def best_of(n: int, fn: Callable[[], object]) -> tuple[float, object]:
-    best, result = float("inf"), None
-    for _ in range(n):
-        t = time.perf_counter()
-        result = fn()
-        best = min(best, time.perf_counter() - t)
-    return best, result
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}  # this checkout's code, whatever the venv has installed
 
 
-def grep(path: Path, out: str) -> Callable[[], int]:
-    def run() -> int:
-        with open(out, "wb") as sink:
-            return subprocess.run(["grep", "-E", KEYWORDS, str(path)], stdout=sink, check=False).returncode
+def timed(cmd: list[str], out: Path) -> float:
+    t = time.perf_counter()
+    with out.open("wb") as sink:
+        subprocess.run(cmd, stdout=sink, stderr=subprocess.DEVNULL, check=False, env=ENV)
+    return time.perf_counter() - t
 
-    return run
+
+def compare(path: Path, repeat: int, tmp: Path) -> tuple[float, float]:
+    """Median seconds of `memfrac ingest FILE --format json` and of `grep -E KEYWORDS FILE > out`, alternating."""
+    ing, grp = [], []
+    for _ in range(repeat):
+        ing.append(timed([*MEMFRAC, "ingest", str(path), "--format", "json"], tmp / "ingest.json"))
+        grp.append(timed(["grep", "-E", KEYWORDS, str(path)], tmp / "grep.out"))
+    return statistics.median(ing), statistics.median(grp)
 
 
-def measure(path: Path, repeat: int, tmp: Path) -> None:
+def report(label: str, path: Path, repeat: int, tmp: Path) -> float:
     mb = path.stat().st_size / 1e6
     with path.open("rb") as f:
-        lines = sum(1 for _ in f)
-    t_parse, runs = best_of(repeat, lambda: parse_log(path))
-    t_null, _ = best_of(repeat, grep(path, "/dev/null"))
-    t_grep, _ = best_of(repeat, grep(path, str(tmp / "grep.out")))
-    with (tmp / "grep.out").open("rb") as f:
-        matches = sum(1 for _ in f)
-    print(f"{path.name}: {mb:.1f} MB, {lines} lines, {matches} match the keywords; best of {repeat}")
-    print(f"  parse_log          {t_parse:7.3f} s  {mb / t_parse:8.1f} MB/s  ({len(runs)} runs)")  # type: ignore[arg-type]
-    print(f"  grep -E > file     {t_grep:7.3f} s  {mb / t_grep:8.1f} MB/s")
-    print(f"  grep -E >/dev/null {t_null:7.3f} s  {mb / t_null:8.1f} MB/s  (GNU grep stops at the first match)")
-    print(f"  ratio parse_log / grep (full read): {t_parse / t_grep:.1f}x")
+        nlines = sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 24), b""))
+    t_ing, t_grep = compare(path, repeat, tmp)
+    ratio = t_ing / t_grep
+    print(f"{label}: {mb:,.0f} MB, {nlines:,} lines; median of {repeat}, alternating")
+    print(f"  memfrac ingest --format json {t_ing:7.2f} s  ({mb / t_ing:6.0f} MB/s)")
+    print(f"  grep -E '<keywords>' > file  {t_grep:7.2f} s  ({mb / t_grep:6.0f} MB/s)")
+    print(f"  ratio ingest / grep: {ratio:.2f}x")
+    return ratio
+
+
+def multi(src: Path, files: int, repeat: int, tmp: Path) -> None:
+    d = tmp / "many"
+    d.mkdir()
+    data = src.read_bytes()
+    part = len(data) // files
+    for i in range(files):
+        cut = data.rfind(b"\n", 0, part) + 1
+        (d / f"server-{i:02d}.log").write_bytes(STARTUP.read_bytes() + data[:cut])
+    taskset = shutil.which("taskset")
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if taskset is None or len(cores) < 2:
+        print("many files: needs taskset and two cores; skipped")
+        return
+    one = [taskset, "-c", str(cores[0])]
+    two = [taskset, "-c", f"{cores[0]},{cores[1]}"]
+    t1, t2 = [], []
+    for _ in range(repeat):
+        t1.append(timed([*one, *MEMFRAC, "ingest", str(d), "--format", "json"], tmp / "m1.json"))
+        t2.append(timed([*two, *MEMFRAC, "ingest", str(d), "--format", "json"], tmp / "m2.json"))
+    a, b = statistics.median(t1), statistics.median(t2)
+    mb = sum(f.stat().st_size for f in d.iterdir()) / 1e6
+    print(f"many files: {files} logs, {mb:,.0f} MB in all; `memfrac ingest DIR`, median of {repeat}")
+    print(f"  1 core  {a:7.2f} s\n  2 cores {b:7.2f} s\n  speed-up: {a / b:.2f}x")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--mb", type=int, default=200, help="size of each generated log (MB, default 200)")
-    ap.add_argument("--repeat", type=int, default=3, help="best of N runs (default 3)")
-    ap.add_argument("--only-fixtures", action="store_true", help="skip the file mixed with request traffic")
+    ap.add_argument("--lines", type=int, default=4_000_000, help="traffic lines after the startup (default 4M)")
+    ap.add_argument("--repeat", type=int, default=3, help="median of N alternating runs (default 3)")
+    ap.add_argument("--files", type=int, default=8, help="files for the multi-file measurement (default 8)")
+    ap.add_argument("--skip-multi", action="store_true")
+    ap.add_argument("--skip-dense", action="store_true")
     args = ap.parse_args()
     if shutil.which("grep") is None:
         raise SystemExit("grep not found")
+    sys.path.insert(0, str(ROOT))
+    from profiler.logs.lines import default_matcher
+
+    print(f"matcher: {default_matcher().name} (MEMFRAC_MATCHER={os.environ.get('MEMFRAC_MATCHER', '')!r})")
     tmp = Path(tempfile.mkdtemp(prefix="memfrac-bench-"))
     try:
-        measure(build_file(tmp, args.mb), args.repeat, tmp)
-        if not args.only_fixtures:
-            (tmp / "big.log").unlink()
-            measure(build_file(tmp, args.mb, traffic_lines=30000), args.repeat, tmp)
+        prod = tmp / "production.log"
+        t = time.perf_counter()
+        production_log(prod, args.lines)
+        print(f"(built {prod.stat().st_size / 1e6:,.0f} MB in {time.perf_counter() - t:.0f} s)")
+        report("production-shaped", prod, args.repeat, tmp)
+        if not args.skip_dense:
+            dense = tmp / "dense.log"
+            dense_log(dense, prod.stat().st_size // 4)
+            report("dense (fixtures concatenated)", dense, args.repeat, tmp)
+            dense.unlink()
+        if not args.skip_multi:
+            multi(prod, args.files, args.repeat, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

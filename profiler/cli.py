@@ -164,12 +164,17 @@ def _cmd_selfcheck(a: argparse.Namespace) -> int:
 def _cmd_ingest(a: argparse.Namespace) -> int:
     from profiler.ingest import run_ingest
 
-    return run_ingest(a.files, fmt=a.format, out=a.out, per_rank=a.per_rank, margin_mib=a.margin)
+    return run_ingest(a.files, fmt=a.format, out=a.out, per_rank=a.per_rank, margin_mib=a.margin, jobs=a.jobs)
 
 
 def _add_ingest(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("ingest", help="read SGLang server logs: memory per phase, headroom, verdict per run")
-    p.add_argument("files", nargs="+", help="log files or directories (read for *.log, *.txt, *.out, *.err)")
+    p.add_argument(
+        "files",
+        nargs="+",
+        help="log files or directories (*.log, *.txt, *.out, *.err; rotated .1 and .gz/.xz/.bz2/.zst too)",
+    )
+    p.add_argument("--jobs", type=int, default=None, metavar="N", help="files parsed at once (default: all cores)")
     p.add_argument("--format", default="table", choices=("table", "json", "csv", "parquet"))
     p.add_argument(
         "--out",

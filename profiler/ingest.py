@@ -1,6 +1,10 @@
 """`memfrac ingest`: server logs → one row per run (or per rank) with its reservation and verdict.
 
 Rows stream out file by file; a results directory (for `memfrac report`/`calibrate`) can be written too.
+Inputs: files or directories (their *.log/.txt/.out/.err, rotated `.1`, and compressed `.gz/.xz/.bz2/.zst`
+variants; compression is read from the magic bytes). Several files are parsed in parallel, one process per
+core (`jobs`), behind one progress bar in bytes. A file with no server run gets one line on stderr saying what
+it held; when no input holds a server run the command exits 2.
 """
 
 from __future__ import annotations
@@ -8,17 +12,21 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import sys
-import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from profiler.compare import Comparison, compare, rank_figures, reservation_for
 from profiler.errors import MemfracError
-from profiler.logs import LOG_SUFFIXES, parse_log
+from profiler.logs import LogFile, read_log
+from profiler.logs.inputs import log_files as _discover
 from profiler.measurement import Measurement
-from profiler.store import RunContext
+
+if TYPE_CHECKING:
+    from profiler.store import RunContext
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,55 +58,137 @@ class IngestRow:
 
 
 def log_files(paths: Iterable[str | Path]) -> list[Path]:
-    """The files to read: a directory stands for its log files (sorted); missing paths are errors."""
-    out: list[Path] = []
-    for p in map(Path, paths):
-        if p.is_dir():
-            out += sorted(x for x in p.iterdir() if x.is_file() and x.suffix in LOG_SUFFIXES)
-        elif p.is_file():
-            out.append(p)
-        else:
-            raise MemfracError(f"{p}: no such file or directory")
+    """The files to read: a directory stands for its log files (sorted, rotated and compressed ones included);
+    missing paths are errors."""
+    out = _discover(paths)
     if not out:
-        raise MemfracError("no log files found (a directory is read for *.log, *.txt, *.out, *.err)")
+        raise MemfracError(
+            "no log files found (a directory is read for *.log, *.txt, *.out, *.err, also rotated (.1) and "
+            "compressed (.gz, .xz, .bz2, .zst))"
+        )
     return out
 
 
-class _Progress:
-    """'ingest: 120/200 MB (60%)' on stderr, at most every 2 s, only for large inputs."""
+def default_jobs() -> int:
+    """Worker processes: the cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
 
-    def __init__(self, total: int, enabled: bool) -> None:
-        self.total, self.enabled = total, enabled and total > 50 * 2**20
-        self.done_files = 0
-        self.last = 0.0
 
-    def update(self, done_in_file: int) -> None:
-        now = time.monotonic()
-        if not self.enabled or now - self.last < 2:
-            return
-        self.last = now
-        done = self.done_files + done_in_file
-        print(
-            f"ingest: {done / 2**20:,.0f}/{self.total / 2**20:,.0f} MB ({100 * done / self.total:.0f}%)",
-            file=sys.stderr,
-        )
+_QUEUE: Any = None  # in a worker process: where byte progress goes
+
+
+def _worker_init(queue: Any) -> None:
+    global _QUEUE
+    _QUEUE = queue
+
+
+def _read_in_worker(index: int, path: str) -> LogFile:
+    last = [0]
+
+    def tell(done: int) -> None:
+        if done - last[0] >= 4 << 20:
+            _QUEUE.put((index, done))
+            last[0] = done
+
+    return read_log(path, progress=tell if _QUEUE is not None else None)
+
+
+def read_logs(
+    files: list[Path], *, jobs: int | None = None, progress: Callable[[int], None] | None = None
+) -> Iterator[LogFile]:
+    """Every file read, in input order; `jobs` > 1 reads them in that many processes at once.
+    `progress(n)` is told the bytes read so far over all files."""
+    jobs = min(len(files), jobs or default_jobs())
+    sizes = [f.stat().st_size for f in files]
+    if jobs <= 1:
+        base = 0
+        for f, size in zip(files, sizes, strict=True):
+            yield read_log(f, progress=(lambda n, b=base: progress(b + n)) if progress else None)
+            base += size
+            if progress:
+                progress(base)
+        return
+    yield from _read_parallel(files, sizes, jobs, progress)
+
+
+def _read_parallel(
+    files: list[Path], sizes: list[int], jobs: int, progress: Callable[[int], None] | None
+) -> Iterator[LogFile]:
+    import multiprocessing as mp
+    import queue as queue_mod
+    from concurrent.futures import ProcessPoolExecutor
+
+    ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+    q = ctx.Queue()
+    done_by_file = [0] * len(files)
+    finished: dict[int, LogFile] = {}
+
+    def drain() -> None:
+        try:
+            while True:
+                i, n = q.get_nowait()
+                done_by_file[i] = max(done_by_file[i], n)
+        except queue_mod.Empty:
+            pass
+        if progress:
+            progress(sum(done_by_file))
+
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_worker_init, initargs=(q,)) as ex:
+        futs = {ex.submit(_read_in_worker, i, str(f)): i for i, f in enumerate(files)}
+        pending = set(futs)
+        nxt = 0
+        from concurrent.futures import FIRST_COMPLETED, wait
+
+        while pending:
+            ready, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+            for fut in ready:
+                i = futs[fut]
+                finished[i] = fut.result()  # a MemfracError in a worker comes back here, with its message
+                done_by_file[i] = sizes[i]
+            drain()
+            while nxt in finished:
+                yield finished.pop(nxt)
+                nxt += 1
 
 
 def ingest(
-    paths: Iterable[str | Path], *, margin_mib: float = 1024.0, progress: bool = True
+    paths: Iterable[str | Path],
+    *,
+    margin_mib: float = 1024.0,
+    progress: bool = True,
+    jobs: int | None = None,
+    warn: Callable[[str], None] | None = None,
+    seen: list[LogFile] | None = None,
 ) -> Iterator[tuple[Measurement, Comparison, list[str]]]:
-    """Parse every log and compare each run with its reservation."""
+    """Parse every log and compare each run with its reservation. A file without a server run is told to
+    `warn` (one line: the file and what it held); `seen` collects every file read."""
+    paths = list(paths)
     files = log_files(paths)
-    prog = _Progress(sum(f.stat().st_size for f in files), progress)
-    for f in files:
-        for m in parse_log(f, progress=prog.update):
-            res, notes = reservation_for(m)
-            yield m, compare(m, res, margin_mib=margin_mib), notes
-        prog.done_files += f.stat().st_size
+    total = sum(f.stat().st_size for f in files)
+    show = progress and total > 50 * 2**20
+    from contextlib import nullcontext
+
+    from profiler.ui import progress as progress_bar
+
+    bar_cm = progress_bar(total, "ingest", unit="bytes") if show else nullcontext()
+    with bar_cm as bar:
+        for lf in read_logs(files, jobs=jobs, progress=bar.update if bar is not None else None):
+            if seen is not None:
+                seen.append(lf)
+            if not lf.runs and warn is not None:
+                warn(lf.summary())
+            for m in lf.runs:
+                res, notes = reservation_for(m)
+                yield m, compare(m, res, margin_mib=margin_mib), notes
 
 
 def log_context(m: Measurement, c: Comparison) -> RunContext:
     """What a log says about the scenario (resolved args), for the store's grouping and calibration columns."""
+    from profiler.store import RunContext
+
     a = m.args
 
     def num(*keys: str) -> int | None:
@@ -199,11 +289,16 @@ def write_rows(rows: list[IngestRow], path: Path, fmt: str) -> None:
         path.write_text(render(rows, fmt))
 
 
+def _stderr(line: str) -> None:
+    print(f"memfrac: {line}", file=sys.stderr)
+
+
 def run_ingest(
     paths: list[str], *, fmt: str = "table", out: str | None = None, per_rank: bool = False, margin_mib: float = 1024.0,
-    echo: Callable[[str], None] = print,
+    echo: Callable[[str], None] = print, jobs: int | None = None, warn: Callable[[str], None] = _stderr,
 ) -> int:  # fmt: skip
-    """The command: print (or write) the rows; `out` without a file suffix is a results directory."""
+    """The command: print (or write) the rows; `out` without a file suffix is a results directory.
+    Exit status 2 when no input holds a server run (each file's line says what it held)."""
     store = None
     if out is not None and (Path(out).is_dir() or not Path(out).suffix):
         from profiler.store import Store
@@ -214,11 +309,15 @@ def run_ingest(
         raise MemfracError("--format parquet needs --out FILE.parquet")
     rows: list[IngestRow] = []
     batch: list[tuple[Measurement, Comparison, RunContext]] = []
-    for m, c, notes in ingest(paths, margin_mib=margin_mib):
+    seen: list[LogFile] = []
+    for m, c, notes in ingest(paths, margin_mib=margin_mib, jobs=jobs, warn=warn, seen=seen):
         m.notes.extend(n for n in notes if n not in m.notes)
         rows += rows_for(m, c, per_rank)
         if store is not None:
             batch.append((m, c, log_context(m, c)))
+    if not rows:
+        warn(f"no server run in {len(seen)} file{'s' if len(seen) != 1 else ''} ({', '.join(paths)[:200]})")
+        return 2
     if store is not None:
         store.add(batch, run_key="ingest", extra={"runs": len(batch)})
         echo(render(rows, fmt if fmt != "parquet" else "table"))

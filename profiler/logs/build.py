@@ -1,10 +1,17 @@
 """Events of one log → `Measurement`s: runs, ranks, phases, ladders, failures.
 
-A log can hold several server starts. A new run begins at a second `server_args=` line or launch command
-(when the current run already has one, or has phases), at a "Load weight begin" on a run that already
-printed its ready line, at "Init torch distributed ends" on a rank that already has phases, at a second
-ready line on a rank, and when a rank's timestamps go back in time (one process writes its lines in
-order, so that is another paste).
+A log can hold several server starts, and runs never merge across attempts. A new run begins at a second
+`server_args=` line or launch command (when the current run already has one, has phases or has failed), at
+a repeated startup sequence (a "Load weight begin" after the ready line, or with more memory free than the
+phases before it left: a new process; a capture phase that begins again after it ended; "Init torch
+distributed ends" on a rank that already has phases; a second ready line), at startup lines on a rank that
+has failed, at a new process id (uvicorn's "Started server process [PID]", or the pid in a journald/ray
+prefix), and when a rank's timestamps go back in time (one process writes its lines in order, so that is
+another paste). Splits that are inferred (not a command or args line) say so in the run's notes: separately
+pasted excerpts of one server stay separate runs.
+Each line first loses whatever stands in front of sglang's record (`PrefixLearner`); messages wrapped over
+several lines (an OOM message, a server_args repr, a command with backslash continuations) are joined before
+they are read.
 Lines without a rank tag (tracebacks, tqdm bars, CUDA errors) go to the rank that logged last, which is how
 they interleave in real output; where that is an inference, the run's notes say so.
 """
@@ -26,7 +33,7 @@ from profiler.logs.failures import (
 )
 from profiler.logs.identity import finalize_run, find_version
 from profiler.logs.launchcmd import LaunchCommand, is_launch_command, parse_launch_command
-from profiler.logs.lines import LineScanner, rank_numbers, split_glued, split_prefix, unquote
+from profiler.logs.lines import LineScanner, Prefixed, PrefixLearner, rank_numbers, split_glued
 from profiler.logs.oom import is_complete, parse_oom
 from profiler.logs.patterns import GRAPH_PHASES, KNOWN, MEMORYISH, Event, classify
 from profiler.logs.serverargs import ServerArgsRepr, parse_server_args
@@ -36,12 +43,15 @@ GIB = 1024.0
 RESOLUTION_MIB = 10.24  # sglang prints GiB with two decimals: ±0.005 GiB, a step of 10.24 MiB
 MAX_EXAMPLES = 5
 MAX_CONTINUATION_LINES = 200
+MAX_ARGS_LINES = 400  # a server_args repr wrapped by a terminal, or split by docker/CRI at 16 KiB
+MAX_ARGS_CHARS = 400_000
+MEMORY_BACK_MIB = 1024.0  # a new weight load with this much more free than the last phase left: a new process
 
 _QUIET_KINDS = frozenset({"end", "note", "kv", "ladder"})  # events that never start a run by themselves
 
 
 class _RankState:
-    __slots__ = ("fs", "last_key", "last_n", "open", "rank", "tb")
+    __slots__ = ("fs", "last_key", "last_n", "open", "pid", "rank", "tb")
 
     def __init__(self, label: str) -> None:
         self.rank = Rank(label=label, **rank_numbers(label))
@@ -50,6 +60,7 @@ class _RankState:
         self.fs: FailureState | None = None
         self.tb = False  # inside a traceback printed for this rank
         self.last_n: int | None = None  # tqdm counter of the last ladder point
+        self.pid: int | None = None  # process id from the line prefix (journald, ray), when there is one
 
 
 class _Run:
@@ -66,6 +77,7 @@ class _Run:
         "ready_line",
         "resolved",
         "server_args",
+        "server_pid",
     )
 
     def __init__(self, index: int, file_name: str, origin: str) -> None:
@@ -81,9 +93,18 @@ class _Run:
         self.arch_hint: tuple[str, int] | None = None
         self.model_hint: tuple[str, int] | None = None
         self.resolved: dict[str, tuple[int, int]] = {}  # "dp_size" → (value, line) from sglang's own warnings
+        self.server_pid: int | None = None  # uvicorn's "Started server process [PID]"
 
     def has_phases(self) -> bool:
         return any(rs.rank.phases for rs in self.ranks.values())
+
+    def failed_at(self) -> int | None:
+        """Line of a definitive failure in this run (any rank, or not yet placed), else None."""
+        states = [rs.fs for rs in self.ranks.values() if rs.fs is not None]
+        if self.floating is not None:
+            states.append(self.floating)
+        lines = [fs.failure.line or 0 for fs in states if not fs.tentative]
+        return min(lines) if lines else None
 
     def touch(self, line: int) -> None:
         if self.first_line is None:
@@ -102,48 +123,61 @@ class LogBuilder:
         self._run = self._new_run()
         self._last_label: str | None = None
         self._window: OomWindow | None = None
-        self._cont: list[tuple[int, str]] = []  # backslash-continued lines so far
+        self._cont: list[tuple[int, str, Prefixed]] = []  # backslash-continued lines so far
+        self._args: _ArgsWindow | None = None  # a server_args repr wrapped over several lines
+        self._prefixes = PrefixLearner()
+        self._pid: int | None = None  # pid in the prefix of the line being read
         self._ts_cache: dict[str, float | None] = {}
         self._last_arch: tuple[str, int] | None = None
 
     # ---- input ---------------------------------------------------------------------------------------
+    def learn(self, head: str) -> None:
+        """Learn the file's line prefixes from its first block of text (before any line is read)."""
+        self._prefixes.learn_text(head)
+
     def line(self, lineno: int, text: str) -> None:
+        if "it/s]" in text or "s/it]" in text:
+            for seg in split_glued(text):
+                self._physical(lineno, seg, self._prefixes.split(seg))
+        else:
+            self._physical(lineno, text, self._prefixes.split(text))
+
+    def _physical(self, lineno: int, text: str, p: Prefixed) -> None:
         if self._window is not None:
-            if self._window.take(text):
+            if self._window.take(p.msg, p.hms is not None):
                 if self._window.done():
                     self._close_window()
                 return
             self._close_window()
-        if (self._cont or text.endswith("\\")) and self._continuation(lineno, text):
+        if self._args is not None:
+            if self._args.take(lineno, text, p):
+                self._scanner.follow = 1
+                if self._args.complete():
+                    self._close_args()
+                return
+            self._close_args()
+        if (self._cont or p.msg.endswith("\\")) and self._continuation(lineno, text, p):
             return
-        if text[:1] == ">" or " | " in text[:80]:
-            text = unquote(text)
-        if "it/s]" in text or "s/it]" in text:
-            for seg in split_glued(text):
-                self._record(lineno, seg)
-        else:
-            self._record(lineno, text)
+        self._record(lineno, text, p)
 
-    def _continuation(self, lineno: int, text: str) -> bool:
-        """Collect backslash-continued lines; the joined line is handled at the last one."""
-        if text.endswith("\\") and len(self._cont) < MAX_CONTINUATION_LINES:
-            self._cont.append((lineno, text[:-1]))
+    def _continuation(self, lineno: int, text: str, p: Prefixed) -> bool:
+        """Collect backslash-continued lines (each without its prefix); the joined line is handled at the last."""
+        if p.msg.endswith("\\") and len(self._cont) < MAX_CONTINUATION_LINES:
+            self._cont.append((lineno, text, p))
             self._scanner.follow = 1
             return True
-        parts, self._cont = [*self._cont, (lineno, text.rstrip("\\"))], []
-        joined = " ".join(t.strip() for _, t in parts)
+        parts, self._cont = [*self._cont, (lineno, text, p)], []
+        joined = " ".join(q.msg.rstrip("\\").strip() for _, _, q in parts)
         if is_launch_command(joined):
             self._command(parts[0][0], joined)
             return True
-        for n, t in parts:  # not a command: each line on its own
-            t = unquote(t)
-            for seg in split_glued(t):
-                self._record(n, seg)
+        for n, t, q in parts:  # not a command: each line on its own
+            self._record(n, t, q)
         return True
 
-    def _record(self, lineno: int, text: str) -> None:
-        p = split_prefix(text)
+    def _record(self, lineno: int, text: str, p: Prefixed) -> None:
         label = p.label
+        self._pid = p.pid
         self._dispatch(lineno, text, p.msg, label, p.date, p.hms)
         if label and label not in self._run.ranks:
             self._run.ranks[label] = _RankState(label)  # a rank exists once it logs anything
@@ -151,6 +185,9 @@ class LogBuilder:
     def _dispatch(self, lineno: int, text: str, msg: str, label: str | None, date: str | None, hms: str | None) -> None:
         if is_launch_command(msg):
             self._command(lineno, msg)
+            return
+        if "Started server process [" in msg:
+            self._server_process(lineno, msg)
             return
         ev = classify(msg)
         if ev is not None:
@@ -178,6 +215,11 @@ class LogBuilder:
         run = _Run(len(self._runs), self._file, self._origin)
         if why:
             run.m.notes.append(f"new server run at line {line}: {why}")
+            if not why.startswith(("launch command", "server_args line")):
+                run.m.notes.append(
+                    f"the split at line {line} is inferred from the lines (no command or server_args line): if "
+                    "this is another excerpt of the same server, pasted separately, it stays a run of its own"
+                )
         if prev is not None and self._last_arch is not None and self._last_arch[1] > (prev.last_line or 0):
             run.arch_hint = self._last_arch  # printed while this run's args were resolved, before its header
         self._runs.append(run)
@@ -190,9 +232,21 @@ class LogBuilder:
         if cmd is None:
             return
         run = self._run
-        if run.cmd is not None or run.server_args is not None or run.has_phases():
+        if run.cmd is not None or run.server_args is not None or run.has_phases() or run.failed_at() is not None:
             run = self._new_run(lineno, "launch command")
         run.cmd = cmd
+        run.touch(lineno)
+
+    def _server_process(self, lineno: int, msg: str) -> None:
+        """uvicorn's "Started server process [PID]": a different PID in one run is another server start."""
+        try:
+            pid = int(msg.rsplit("[", 1)[1].split("]", 1)[0])
+        except (IndexError, ValueError):
+            return
+        run = self._run
+        if run.server_pid is not None and run.server_pid != pid:
+            run = self._new_run(lineno, f"a new server process (pid {run.server_pid} → {pid})")
+        run.server_pid = pid
         run.touch(lineno)
 
     def _server_args(self, lineno: int, text: str) -> None:
@@ -200,13 +254,30 @@ class LogBuilder:
         if sa is None:
             return
         run = self._run
-        if run.server_args is not None or run.has_phases():
+        if run.server_args is not None or run.has_phases() or run.failed_at() is not None:
             run = self._new_run(lineno, "server_args line")
         run.server_args = sa
         run.touch(lineno)
         if not sa.complete:
-            where = f" inside '{sa.cut_at}'" if sa.cut_at else ""
-            run.m.notes.append(f"server_args line {lineno} is cut off{where}; later fields unknown")
+            self._args = _ArgsWindow(lineno, text, sa)
+            self._scanner.follow = 1
+
+    def _close_args(self) -> None:
+        """End of a wrapped server_args repr: the joined text if it reads complete, else the cut original."""
+        w, self._args = self._args, None
+        if w is None:
+            return
+        run = self._run
+        joined = w.joined()
+        sa = parse_server_args(joined) if w.parts else None
+        if sa is not None and sa.complete and len(sa.args) >= len(w.first.args):
+            run.server_args = sa
+            run.m.notes.append(f"server_args line {w.line} wrapped over {len(w.parts) + 1} lines; read joined")
+            return
+        where = f" inside '{w.first.cut_at}'" if w.first.cut_at else ""
+        run.m.notes.append(f"server_args line {w.line} is cut off{where}; later fields unknown")
+        for n, t, p in w.parts:  # not the repr's continuation: each line on its own
+            self._physical(n, t, p)
 
     # ---- events ---------------------------------------------------------------------------------------
     def _event(self, lineno: int, label: str | None, date: str | None, hms: str | None, ev: Event) -> None:
@@ -257,13 +328,20 @@ class LogBuilder:
     def _rank_for_phase(self, lineno: int, label: str, key: str | None, ev: Event) -> _RankState:
         run = self._run
         rs = run.ranks.get(label)
+        pid = self._pid
         if rs is not None:
             last = rs.last_key
-            if ev.kind in _QUIET_KINDS and ev.phase != "init_parallel" and (key is None or last is None or key >= last):
+            if (
+                ev.kind in _QUIET_KINDS
+                and ev.phase != "init_parallel"
+                and (key is None or last is None or key >= last)
+                and (pid is None or rs.pid is None or pid == rs.pid)
+                and rs.fs is None
+            ):
                 if key is not None:
                     rs.last_key = key
                 return rs  # the common case: nothing that could start a new run
-            why = self._split_reason(run, rs, key, ev)
+            why = self._split_reason(run, rs, key, ev, pid)
             if why:
                 run = self._new_run(lineno, why)
                 rs = None
@@ -275,18 +353,34 @@ class LogBuilder:
             rs = run.ranks[label] = _RankState(label)
         if key is not None:
             rs.last_key = key
+        if pid is not None and rs.pid is None:
+            rs.pid = pid
         return rs
 
     @staticmethod
-    def _split_reason(run: _Run, rs: _RankState, key: str | None, ev: Event) -> str:
+    def _split_reason(run: _Run, rs: _RankState, key: str | None, ev: Event, pid: int | None = None) -> str:
+        label = rs.rank.label
+        if pid is not None and rs.pid is not None and pid != rs.pid:
+            return f"rank '{label}' is another process (pid {rs.pid} → {pid} in the line prefix)"
         if key is not None and rs.last_key is not None and key < rs.last_key and not _midnight(rs.last_key, key):
-            return f"rank '{rs.rank.label}' timestamps go back ({rs.last_key.strip()} → {key.strip()})"
-        if ev.kind == "begin" and ev.phase == "weights" and run.ready_line is not None:
-            return f"'Load weight begin' on rank '{rs.rank.label}' after the server was ready"
+            return f"rank '{label}' timestamps go back ({rs.last_key.strip()} → {key.strip()})"
+        startup = ev.phase == "init_parallel" or (ev.kind == "begin" and ev.phase == "weights")
+        if startup and rs.fs is not None and not rs.fs.tentative:
+            return f"startup lines on rank '{label}' after it failed at line {rs.fs.failure.line}"
+        if ev.kind == "begin" and ev.phase == "weights":
+            if run.ready_line is not None:
+                return f"'Load weight begin' on rank '{label}' after the server was ready"
+            back = _memory_back(rs, ev)
+            if back:
+                return back
         if ev.phase == "init_parallel" and rs.rank.phases:
-            return f"torch distributed initialised again on rank '{rs.rank.label}'"
+            return f"torch distributed initialised again on rank '{label}'"
+        if ev.kind == "begin" and ev.phase in GRAPH_PHASES:
+            done = [p for p in rs.rank.phases_named(ev.phase) if p.after is not None or p.elapsed_s is not None]
+            if done:
+                return f"'{ev.phase}' capture begins again on rank '{label}' after it ended at line {done[-1].line}"
         if ev.kind == "ready" and rs.rank.phase("ready") is not None:
-            return f"second ready line on rank '{rs.rank.label}'"
+            return f"second ready line on rank '{label}'"
         return ""
 
     def _t(self, date: str | None, hms: str | None) -> float | None:
@@ -514,7 +608,11 @@ class LogBuilder:
         w, self._window = self._window, None
         self._scanner.follow = 0
         if w is not None and len(w.parts) > 1:
-            self._apply_oom(w.fs, "".join(w.parts))
+            joined = "".join(w.parts)
+            compact = "".join(joined.split())
+            if "outofmemory" in compact or "OutOfMemory" in compact:
+                w.fs.oom = True  # the words themselves were wrapped
+            self._apply_oom(w.fs, joined)
 
     def _apply_oom(self, fs: FailureState, text: str) -> None:
         nums = parse_oom(text)
@@ -535,8 +633,12 @@ class LogBuilder:
     def finish(self) -> list[Measurement]:
         if self._window is not None:
             self._close_window()
+        if self._args is not None:
+            self._close_args()
         if self._cont:
-            self._continuation(self._cont[-1][0], "")
+            n, t, p = self._cont[-1]
+            self._cont.pop()
+            self._continuation(n, t, p._replace(msg=p.msg.rstrip("\\")))
         out = []
         for run in self._runs:
             if run.first_line is None and not run.ranks and run.m.unparsed_memory_lines == 0:
@@ -582,6 +684,56 @@ class LogBuilder:
                 bad_args=fs.bad_args,
             )
             rs.rank.failure = f
+
+
+class _ArgsWindow:
+    """The lines after a server_args repr that was cut at its line end, joined back until it closes."""
+
+    __slots__ = ("chars", "first", "line", "parts", "text")
+
+    def __init__(self, line: int, text: str, first: ServerArgsRepr) -> None:
+        self.line, self.text, self.first = line, text, first
+        self.parts: list[tuple[int, str, Prefixed]] = []
+        self.chars = len(text)
+
+    def take(self, lineno: int, text: str, p: Prefixed) -> bool:
+        msg = p.msg
+        if p.hms is not None or not msg.strip() or is_launch_command(msg):
+            return False  # a new record, a blank line, a command: the repr ended (cut) before it
+        if len(self.parts) >= MAX_ARGS_LINES or self.chars + len(msg) > MAX_ARGS_CHARS:
+            return False
+        self.parts.append((lineno, text, p))
+        self.chars += len(msg)
+        return True
+
+    def joined(self) -> str:
+        # Terminals and docker's 16 KiB split cut anywhere: the pieces join without a separator.
+        return self.text + "".join(p.msg for _, _, p in self.parts)
+
+    def complete(self) -> bool:
+        sa = parse_server_args(self.joined())
+        return sa is not None and sa.complete
+
+
+def _memory_back(rs: _RankState, ev: Event) -> str:
+    """A weight load that starts with clearly more memory free than the rank's last phase left is a new
+    process (a draft model loads into what the target left, so its 'avail mem' is at most that)."""
+    if ev.free is None:
+        return ""
+    later = [p for p in rs.rank.phases if p.name not in ("weights", "init_parallel", "baseline")]
+    if not later:
+        return ""
+    frees = [
+        s.free_mib for p in rs.rank.phases for s in (p.before, p.after) if s is not None and s.free_mib is not None
+    ]
+    if not frees:
+        return ""
+    last = frees[-1]
+    now = ev.free * GIB
+    if now <= last + MEMORY_BACK_MIB:
+        return ""
+    return (f"'Load weight begin' on rank '{rs.rank.label}' with {ev.free:.2f} GB free, more than the "
+            f"{last / GIB:.2f} GB its last phase left: memory came back, a new process")  # fmt: skip
 
 
 def _in_flight(rs: _RankState, run: _Run, line: int) -> str | None:

@@ -12,12 +12,13 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from profiler.logs.lines import unquote
+from profiler.logs.launchcmd import is_launch_command
 from profiler.logs.oom import is_complete
 from profiler.logs.patterns import GRAPH_PHASES, graph_phase
 from profiler.measurement import Failure
 
-OOM_WINDOW_LINES = 12  # a wrapped OOM message: at most this many lines are joined after its first
+OOM_WINDOW_LINES = 80  # a wrapped OOM message: at most this many lines (and OOM_WINDOW_CHARS) are joined
+OOM_WINDOW_CHARS = 3000
 # Evidence that a failure happened; a bare traceback ending in an exception line is only tentative.
 DEFINITIVE = frozenset({"exception", "oom", "capture", "cuda_error", "exit", "timeout", "no_kv"})
 
@@ -188,23 +189,33 @@ def _is_informative(message: str) -> bool:
 
 
 class OomWindow:
-    """Joins the lines of a wrapped OOM message until torch's last number has been read."""
+    """Joins the lines of a wrapped OOM message until torch's last number has been read.
 
-    __slots__ = ("fs", "parts", "remaining")
+    A terminal or a paste wraps it at any width: lines are taken (without their prefix) until the text reaches
+    torch's last figure, a line that is clearly not part of it (a new record, a traceback, a command), or
+    OOM_WINDOW_CHARS characters."""
+
+    __slots__ = ("chars", "fs", "parts", "remaining")
 
     def __init__(self, fs: FailureState, text: str) -> None:
         self.fs = fs
         self.parts = [text]
         self.remaining = OOM_WINDOW_LINES
+        self.chars = len(text)
 
-    def take(self, text: str) -> bool:
-        """Append a continuation line; False when the line is not part of the message (closes the window)."""
-        s = unquote(text)
-        if not s.strip() or s.startswith("[") or s.lstrip().startswith(("Traceback", "File ", "During handling")):
+    def take(self, msg: str, tagged: bool = False) -> bool:
+        """Append a continuation line (`msg` without its prefix; `tagged`: it has its own sglang record);
+        False when the line is not part of the message (closes the window)."""
+        s = msg.strip()
+        if tagged or not s or s.startswith(_NOT_OOM_TEXT) or is_launch_command(s) or _TAIL.match(s):
             return False
-        self.parts.append(s.strip())
+        self.parts.append(s)
         self.remaining -= 1
+        self.chars += len(s)
         return True
 
     def done(self) -> bool:
-        return self.remaining <= 0 or is_complete("".join(self.parts[-2:]))
+        return self.remaining <= 0 or self.chars > OOM_WINDOW_CHARS or is_complete("".join(self.parts))
+
+
+_NOT_OOM_TEXT = ("[", "Traceback", "File ", "During handling", "The above exception", "$ ", "Capturing ", "Loading ")

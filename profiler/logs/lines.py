@@ -1,41 +1,93 @@
 """Streaming line source: raw bytes in fixed-size chunks → the few lines worth parsing, with line numbers.
 
 Why this shape: server logs run to gigabytes and are mostly request traffic. The scanner holds one chunk
-(plus one bounded partial line), finds candidate lines with one compiled keyword regex over the whole chunk
-(C speed, no per-line Python work for the lines it skips) and decodes only the hits. Line numbers count
+(plus one bounded partial line), finds candidate lines with one multi-pattern pass over the raw bytes of the
+chunk (no per-line Python work for the lines it skips) and decodes only the hits. Line numbers count
 b"\\n" like `grep -n`/`wc -l`; a bare CR (tqdm redraws) splits a physical line into segments that share its
 number. The consumer can ask for the next N lines unfiltered (`follow`) to join wrapped text.
+
+Two matchers give the same lines: hyperscan (compiled, several patterns in one pass; used when the
+`hyperscan` package imports) and Python's `re` (always there; slower on traffic-heavy logs). Set
+MEMFRAC_MATCHER=re to force the second.
+
+Request traffic ("Decode batch, #running-req: 37, …, token usage: 0.41, …") is read without visiting every
+line: between two keyword lines, only the traffic lines that raise a field above its maximum so far in that
+stretch are yielded (a threshold pattern, recompiled when the maximum rises), so whoever takes the maximum
+of what it is given gets the exact peak of every stretch, hence of every run.
+
+Prefixes: `PrefixLearner` finds sglang's "[date time RANKS] " record wherever it starts in a line and learns,
+per file, the leading shapes in front of it (docker/kubernetes timestamps, journald, compose "svc | ", "> "
+quotes, …) so that untagged lines with the same shape (tracebacks, tqdm bars, commands) are stripped too.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from functools import lru_cache
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-CHUNK_BYTES = 1 << 20
+CHUNK_BYTES = 4 << 20
 MAX_LINE_BYTES = 1 << 20  # a longer "line" (no newline at all) is cut so memory stays bounded
 
-# Every line a pattern reads contains one of these. Grouped by first letter, literals only: `re` then
-# scans several times faster than with a flat alternation or a character class. Lowercase-first keywords
-# are costly (common letters), so the few needed (launch commands, argparse errors, versions) are searched
-# separately with str.find (_LITERALS).
-_KEYWORDS = re.compile(
-    r"G(?:B|iB)|MiB|KiB|KV |Captur|_(?:total_num_tokens=|size=)|Use sliding|Use Sliding|Post-capture|"
-    r"Traceback|E(?:rror|xception)|CUDA |HIP out|OutOfMemory|Not enough memory|Loaded weights|"
-    r"S(?:chedul|erverArgs\(|ubprocess)|Rank |Received sigquit|F(?:orC|ile \"|ound local HF)|\\\n"
-)  # literals only: a character class anywhere in it makes `re` scan ~5x slower
-# Rank tags of every line ("[… DP0 TP0 EP0] "), looked for near the start only: a rank that logs no memory
+# Every line a pattern reads contains one of these (byte regexes; all but one are literals). Runtime evidence
+# from traffic (KV pool full / retractions, runtime OOM) is covered by "KV " / "etract" / "out of memory"
+# words; uvicorn's "Started server process [PID]" tells a new process.
+KEYWORDS: tuple[bytes, ...] = (
+    rb"GB[^/]",  # "avail mem=1.46 GB"; not "GB/s" (decode-line bandwidth with --enable-mfu-metrics)
+    b"GiB",
+    b"MiB",
+    b"KiB",
+    b"KV ",
+    b"Captur",
+    b"_total_num_tokens=",
+    b"_size=",
+    b"Use sliding",
+    b"Use Sliding",
+    b"Post-capture",
+    b"Traceback",
+    b"Error",
+    b"Exception",
+    b"CUDA ",
+    b"HIP out",
+    b"OutOfMemory",
+    b"out of memory",
+    b"Not enough memory",
+    b"Loaded weights",
+    b"Schedul",
+    b"ServerArgs(",
+    b"Subprocess",
+    b"Rank ",
+    b"Received sigquit",
+    b"ForC",
+    b'File "',
+    b"Found local HF",
+    b"Started server process",
+    b"etract",
+    b"\\\n",  # a backslash continuation (launch command)
+    b"sglang",
+    b"launch_server",
+    b"server_args={",
+)
+_REGEX_KEYWORDS = frozenset({rb"GB[^/]"})  # the others are literals
+
+
+def keyword_patterns() -> list[bytes]:
+    """KEYWORDS as regexes (literals escaped): what both matchers search for."""
+    return [kw if kw in _REGEX_KEYWORDS else re.escape(kw) for kw in KEYWORDS]
+
+
+# Traffic fields whose per-stretch maximum is kept: (literal before the number, decimals printed).
+PEAK_FIELDS: tuple[tuple[bytes, int], ...] = ((b"#running-req: ", 0), (b"token usage: ", 2))
+PEAK_RE_WINDOW = 256 << 10  # threshold search with `re` this far ahead before handing a long stretch to hyperscan
+
+# Rank tags of every line ("[… DP0 TP0 EP0] "), anywhere near a line's start: a rank that logs no memory
 # line still exists; once RANK_DISCOVERY_BYTES in a row bring no new label, stop looking (speed).
-_LABEL = re.compile(r"\n\[[\d\- :.,T]{8,30}?((?: [A-Z][A-Z_]*\d+)+)\]")
+_LABEL = re.compile(rb"\[\d[\d\- :.,T]{7,29}?((?: [A-Z][A-Z_]*\d+)+) ?\]")
 RANK_DISCOVERY_BYTES = 4 << 20
-_LITERALS = (
-    "sglang",
-    "launch_server",
-    "server_args={",
-)  # lowercase keywords: found with str.find, cheaper than in the regex
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+_ANSI = re.compile(rb"\x1b\[[0-9;?]*[ -/]*[@-~]")
 
 # "> " quotes (GitHub issues), docker compose "service-1  | " prefixes.
 _QUOTE = re.compile(r"^(?:> ?)+")
@@ -52,21 +104,236 @@ _RANK_TOKEN = re.compile(r"([A-Z][A-Z_]*?)(\d+)$")
 
 
 class Prefixed(NamedTuple):
-    """A line split into its sglang record prefix and message; `label` is None for untagged lines."""
+    """A line split into its sglang record prefix and message; `label` is None for untagged lines.
+    `lead` is what stood before the record (a docker/journald/compose prefix), `pid` a process id in it."""
 
     date: str | None
     hms: str | None
     label: str | None
     msg: str
+    lead: str = ""
+    pid: int | None = None
+
+
+# ---- matchers ----------------------------------------------------------------------------------------------
+
+
+def _gt_int(p: int) -> str:
+    """Regex for a decimal integer (no leading zeros) greater than p (p = -1: any)."""
+    if p < 0:
+        return r"\d+"
+    s = str(p)
+    alts = [rf"[1-9]\d{{{len(s)},}}"]
+    for i, ch in enumerate(s):
+        if ch != "9":
+            lo = int(ch) + 1
+            rest = len(s) - i - 1
+            alts.append(s[:i] + (f"[{lo}-9]" if lo < 9 else "9") + (rf"\d{{{rest}}}" if rest else ""))
+    return "(?:" + "|".join(alts) + ")"
+
+
+def _gt_fixed(f: str) -> str | None:
+    """Regex for a fixed-width digit string greater than f, or None if f is all nines."""
+    alts = []
+    for i, ch in enumerate(f):
+        if ch != "9":
+            lo = int(ch) + 1
+            rest = len(f) - i - 1
+            alts.append(f[:i] + (f"[{lo}-9]" if lo < 9 else "9") + (rf"\d{{{rest}}}" if rest else ""))
+    return "(?:" + "|".join(alts) + ")" if alts else None
+
+
+def gt_pattern(literal: bytes, decimals: int, scaled: int) -> bytes:
+    """`literal` followed by a number printed with `decimals` places whose value ×10**decimals exceeds
+    `scaled` (−1: any number), then a non-digit. The same text for `re` and hyperscan."""
+    lit = re.escape(literal.decode())
+    if decimals == 0:
+        return f"{lit}{_gt_int(scaled)}[^0-9]".encode()
+    frac = rf"\.\d{{{decimals}}}"
+    if scaled < 0:
+        return f"{lit}\\d+{frac}[^0-9]".encode()
+    whole, part = divmod(scaled, 10**decimals)
+    alts = [f"{_gt_int(whole)}{frac}"]
+    g = _gt_fixed(str(part).zfill(decimals))
+    if g is not None:
+        alts.append(rf"{whole}\.{g}")
+    return f"{lit}(?:{'|'.join(alts)})[^0-9]".encode()
+
+
+_FIELD_VALUE = [
+    re.compile(re.escape(lit) + (rb"(\d+)" if dec == 0 else rb"(\d+)\.(\d{%d})(?!\d)" % dec))
+    for lit, dec in PEAK_FIELDS
+]
+
+
+def field_values(line: bytes) -> tuple[int, ...]:
+    """The largest value (×10**decimals) of each peak field on one line, −1 where absent."""
+    out = []
+    for (_, dec), rx in zip(PEAK_FIELDS, _FIELD_VALUE, strict=True):
+        if dec == 0:
+            vals = [int(v) for v in rx.findall(line)]
+        else:
+            vals = [int(w + f) for w, f in rx.findall(line)]
+        out.append(max(vals, default=-1))
+    return tuple(out)
+
+
+class ReMatcher:
+    """Keyword and threshold search with Python's `re` (the reference; always available)."""
+
+    name = "re"
+
+    def __init__(self) -> None:
+        upper: dict[bytes, list[bytes]] = {}
+        self._lower: list[bytes] = []
+        for kw in KEYWORDS:
+            first = kw[:1]
+            if first.islower():
+                self._lower.append(kw)  # lowercase-first: str.find is far cheaper than a regex branch
+            else:
+                upper.setdefault(first, []).append(kw[1:] if kw in _REGEX_KEYWORDS else re.escape(kw[1:]))
+        # Grouped by first byte, literal tails: `re` then skips non-candidate positions quickly.
+        alts = [re.escape(f) + b"(?:" + b"|".join(tails) + b")" for f, tails in upper.items()]
+        self._rx = re.compile(b"|".join(alts))
+        self._gt: dict[tuple[int, int], re.Pattern[bytes]] = {}
+
+    def finder(self, body: bytes) -> Callable[[int], int]:
+        search, find = self._rx.search, body.find
+        lower = self._lower
+        nxt = [find(lit) for lit in lower]
+
+        def next_hit(pos: int) -> int:
+            m = search(body, pos)
+            hit = m.start() if m is not None else -1
+            for k, lit in enumerate(lower):
+                at = nxt[k]
+                if at != -1 and at < pos:
+                    at = nxt[k] = find(lit, pos)
+                if at != -1 and (hit == -1 or at < hit):
+                    hit = at
+            return hit
+
+        return next_hit
+
+    def above(self, body: bytes, start: int, end: int, levels: tuple[int, ...], hot: int = 0) -> int:
+        """Offset of the first peak field in [start, end) whose value exceeds its level, or −1. (`hot`: up to
+        where the maxima are still rising; a compiled matcher uses `re` there and itself beyond.)"""
+        best = -1
+        for k, ((lit, dec), lev) in enumerate(zip(PEAK_FIELDS, levels, strict=True)):
+            rx = self._gt.get((k, lev))
+            if rx is None:
+                if len(self._gt) > 512:
+                    self._gt.clear()
+                rx = self._gt[(k, lev)] = re.compile(gt_pattern(lit, dec, lev))
+            m = rx.search(body, start, end if best < 0 else best)
+            if m is not None:
+                best = m.start()
+        return best
+
+
+class HyperscanMatcher(ReMatcher):
+    """Keyword search in one hyperscan pass per chunk; threshold search over long stretches too.
+    Gives the same lines as ReMatcher (same patterns), several times faster on traffic-heavy logs."""
+
+    name = "hyperscan"
+
+    def __init__(self) -> None:
+        super().__init__()
+        import hyperscan
+
+        self._hs = hyperscan
+        self._db = self._compile(keyword_patterns())
+        self._gt_db: dict[tuple[int, int], Any] = {}
+
+    def _compile(self, patterns: list[bytes]) -> Any:
+        db = self._hs.Database(mode=self._hs.HS_MODE_BLOCK)
+        db.compile(expressions=patterns, ids=list(range(len(patterns))), elements=len(patterns))
+        return db
+
+    def finder(self, body: bytes) -> Callable[[int], int]:
+        hits: list[int] = []
+        add = hits.append
+
+        def on_match(_id: int, _from: int, to: int, _flags: int, _ctx: object) -> None:
+            add(to - 1)  # the match's last byte: inside the line (for "\\\n", its newline)
+
+        self._db.scan(body, match_event_handler=on_match)
+        hits.sort()
+        state = [0]
+
+        def next_hit(pos: int) -> int:
+            i = state[0]
+            while i < len(hits) and hits[i] < pos:
+                i += 1
+            state[0] = i
+            return hits[i] if i < len(hits) else -1
+
+        return next_hit
+
+    def above(self, body: bytes, start: int, end: int, levels: tuple[int, ...], hot: int = 0) -> int:
+        near = min(end, max(start, hot))
+        if near > start:
+            hit = super().above(body, start, near, levels)  # maxima rise in bursts: `re` handles those cheaply
+            if hit >= 0 or near >= end:
+                return hit
+        found = [-1]
+
+        def on_match(_id: int, _from: int, to: int, _flags: int, _ctx: object) -> bool:
+            found[0] = near + to - 1
+            return True  # the first one is enough
+
+        piece = body[near:end]
+        for k, ((lit, dec), lev) in enumerate(zip(PEAK_FIELDS, levels, strict=True)):
+            db = self._gt_db.get((k, lev))  # one database per field: two small scans beat one combined
+            if db is None:
+                if len(self._gt_db) > 512:
+                    self._gt_db.clear()
+                db = self._gt_db[(k, lev)] = self._compile([gt_pattern(lit, dec, lev)])
+            if found[0] >= 0:
+                piece = piece[: found[0] - near]
+            with contextlib.suppress(self._hs.ScanTerminated):
+                db.scan(piece, match_event_handler=on_match)
+        return found[0]
+
+
+_MATCHER: ReMatcher | None = None
+
+
+def default_matcher() -> ReMatcher:
+    """hyperscan when it imports (and MEMFRAC_MATCHER is not "re"), else `re`; built once per process."""
+    global _MATCHER
+    want = os.environ.get("MEMFRAC_MATCHER", "")
+    if _MATCHER is not None and (not want or want == _MATCHER.name):
+        return _MATCHER
+    m: ReMatcher
+    if want != "re":
+        try:
+            m = HyperscanMatcher()
+        except ImportError:
+            if want == "hyperscan":
+                raise
+            m = ReMatcher()
+    else:
+        m = ReMatcher()
+    _MATCHER = m
+    return m
+
+
+# ---- scanner --------------------------------------------------------------------------------------------------
 
 
 class LineScanner:
     """Yields (line number, text) for candidate lines of a byte stream; see the module docstring."""
 
-    def __init__(self) -> None:
+    def __init__(self, matcher: ReMatcher | None = None) -> None:
         self.follow = 0  # the consumer sets this to receive the next N lines whatever their content
-        self._labels: set[str] = set()
-        self._quiet = 0  # characters scanned since the last new rank label
+        self.matcher = matcher or default_matcher()
+        self._labels: set[bytes] = set()
+        self._offset = 0  # bytes scanned before the current body
+        self._last_new_label = 0  # absolute offset of the last new rank label
+        self._levels = tuple(-1 for _ in PEAK_FIELDS)  # traffic maxima since the last keyword line
+        self._hot = 0  # absolute offset up to which maxima are still rising (see ReMatcher.above)
+        self.lines = 0  # physical lines scanned so far (like `wc -l`, plus a last line without newline)
 
     def scan(self, chunks: Iterable[bytes]) -> Iterator[tuple[int, str]]:
         lineno = 0
@@ -85,48 +352,69 @@ class LineScanner:
                 continue
             body, tail = chunk[:cut], chunk[cut:]
             yield from self._scan_body(body, lineno)
-            lineno += body.count(b"\n")
+            lineno += count_newlines(body)
+            self.lines = lineno
         if tail:
             yield from self._scan_body(tail + b"\n", lineno)
+            self.lines = lineno + 1
 
     def _scan_body(self, raw: bytes, base: int) -> Iterator[tuple[int, str]]:
-        body = raw.decode("utf-8", "replace")  # whole lines only: no character is split
-        if "\r" in body:
-            body = body.replace("\r\n", "\n")
-        if "\x1b" in body:
-            body = _ANSI.sub("", body)
-        search, find, count = _KEYWORDS.search, body.find, body.count
-        end_of_body = len(body)
+        offset = self._offset
+        self._offset += len(raw)
+        if b"\r" in raw:
+            raw = raw.replace(b"\r\n", b"\n")
+        if b"\x1b" in raw:
+            raw = _ANSI.sub(b"", raw)
+        n = len(raw)
+        next_hit = self.matcher.finder(raw)
+        above = self.matcher.above
+        rfind, find, count = raw.rfind, raw.find, raw.count
+        sightings = self._new_labels(raw, offset)
         pos = counted = 0
         lineno = base
-        nxt = [find(lit) for lit in _LITERALS]
-        sightings = self._new_labels(body) if self._quiet < RANK_DISCOVERY_BYTES else []
-        while pos < end_of_body:
+        hit = peak = -2  # cached searches (valid while >= pos)
+        peak_key: tuple[int, tuple[int, ...]] = (-1, self._levels)
+        while pos < n:
+            keyword = False
             if self.follow > 0:
                 start = pos
+                self.follow -= 1
             else:
-                m = search(body, pos)
-                hit = m.start() if m is not None else -1
-                for k, lit in enumerate(_LITERALS):
-                    at = nxt[k]
-                    if at != -1 and at < pos:
-                        at = nxt[k] = find(lit, pos)
-                    if at != -1 and (hit == -1 or at < hit):
-                        hit = at
+                if hit != -1 and hit < pos:
+                    hit = next_hit(pos)
+                line_at = (rfind(b"\n", pos, hit) + 1 or pos) if hit >= 0 else n
+                if peak_key != (line_at, self._levels) or (peak != -1 and peak < pos):
+                    peak = above(raw, pos, line_at, self._levels, self._hot - offset) if pos < line_at else -1
+                    peak_key = (line_at, self._levels)
                 while sightings and sightings[-1] < pos:
                     sightings.pop()
-                if sightings and (hit == -1 or sightings[-1] < hit):
-                    hit = sightings.pop()
-                if hit == -1:
+                first = line_at
+                if peak != -1 and peak < first:
+                    first = peak
+                if sightings and sightings[-1] < first:
+                    first = sightings.pop()
+                if first < line_at:
+                    start = rfind(b"\n", pos, first) + 1 or pos
+                elif hit >= 0:
+                    start, keyword = line_at, True
+                else:
                     break
-                start = body.rfind("\n", pos, hit) + 1 or pos
-            end = find("\n", start)
-            lineno += count("\n", counted, start)
+            end = find(b"\n", start)
+            lineno += count(b"\n", counted, start)
             counted = start
-            text = body[start:end]
+            line = raw[start:end]
             pos = end + 1
-            if self.follow > 0:
-                self.follow -= 1
+            if keyword:
+                self._levels = tuple(-1 for _ in PEAK_FIELDS)
+                self._hot = offset + pos + PEAK_RE_WINDOW
+            else:
+                vals = field_values(line)
+                if max(vals) >= 0:
+                    levels = tuple(max(a, b) for a, b in zip(self._levels, vals, strict=True))
+                    if levels != self._levels:
+                        self._levels = levels
+                        self._hot = offset + pos + PEAK_RE_WINDOW
+            text = line.decode("utf-8", "replace")
             if "\r" in text:
                 for seg in text.split("\r"):
                     if seg.strip():
@@ -134,17 +422,43 @@ class LineScanner:
             else:
                 yield lineno + 1, text
 
-    def _new_labels(self, body: str) -> list[int]:
+    def _new_labels(self, body: bytes, offset: int) -> list[int]:
         """Offsets (descending) of the first line of each rank label not seen before."""
+        limit = self._last_new_label + RANK_DISCOVERY_BYTES - offset
+        if limit <= 0:
+            return []
         found: list[int] = []
-        for m in _LABEL.finditer("\n" + body):
+        for m in _LABEL.finditer(body, 0, min(limit, len(body))):
             lab = m.group(1)
             if lab not in self._labels:
                 self._labels.add(lab)
-                found.append(m.start())  # the "\n" we prepended maps offset k+1 back to k
-        self._quiet = 0 if found else self._quiet + len(body)
+                found.append(m.start())
+                self._last_new_label = offset + m.start()
         found.reverse()
         return found
+
+
+_NUMPY: Any = None
+_COUNTED = 0
+NUMPY_AFTER_BYTES = 64 << 20
+
+
+def count_newlines(data: bytes) -> int:
+    """b"\\n" in `data`: numpy's vectorised compare on large blocks (3× bytes.count), bytes.count otherwise."""
+    global _NUMPY, _COUNTED
+    _COUNTED += len(data)
+    if len(data) < (256 << 10) or (_NUMPY is None and _COUNTED < NUMPY_AFTER_BYTES):
+        return data.count(b"\n")  # small inputs: importing numpy would cost more than it saves
+    if _NUMPY is None:
+        try:
+            import numpy
+
+            _NUMPY = numpy
+        except ImportError:
+            _NUMPY = False
+    if _NUMPY is False:
+        return data.count(b"\n")
+    return int(_NUMPY.count_nonzero(_NUMPY.frombuffer(data, _NUMPY.uint8) == 10))
 
 
 def chunks_of_file(path: str, size: int = CHUNK_BYTES) -> Iterator[bytes]:
@@ -171,12 +485,166 @@ def chunks_of_lines(lines: Iterable[str | bytes], size: int = CHUNK_BYTES) -> It
         yield b"".join(buf)
 
 
+# ---- prefixes ----------------------------------------------------------------------------------------------------
+
+MAX_LEAD = 200  # a record starting further into a line is not behind a prefix
+LEARN_BYTES = 256 << 10  # the head of a file read for prefix shapes before parsing starts
+_SHAPE_TOKEN = re.compile(r"\d+|\s+|[^\d\s]+")
+# Messages that start untagged lines (no record of their own): where one starts after a prefix that looks like
+# one (it has a digit, "|" or ">"), that prefix is evidence of the file's shape too.
+_KNOWN_HEAD = re.compile(r"Capturing |Loading safetensors|Traceback \(most recent|torch\.OutOfMemoryError")
+_PREFIXISH = re.compile(r"[\d|>]")
+# A timestamp-like lead (digits and date/time punctuation, up to three tokens) that most lines of a file start
+# with: learned by repetition alone, for files without a complete sglang record (a pasted command, a traceback).
+_NUMERIC_LEAD = re.compile(r"(?:\d[\dTZ:.,+\-/]*\s+){1,4}(?:[|:>-]\s+)?")
+_FENCE = re.compile(r"```[\w+-]*[ \t]*")  # a markdown fence glued to the first line of a pasted block
+_PID = re.compile(r"\[(\d{2,})\]|\bpid[=: ](\d+)")
+
+
+def shape(lead: str) -> str:
+    """A prefix's shape: digit runs → "\\d+", whitespace runs → "\\s+", everything else as written (host,
+    pod, unit and service names stay: they repeat within a file, timestamps and process ids do not)."""
+    out = []
+    for tok in _SHAPE_TOKEN.findall(lead):
+        c = tok[0]
+        out.append(r"\d+" if c.isdigit() else r"\s+" if c.isspace() else re.escape(tok))
+    return "".join(out)
+
+
+@lru_cache(maxsize=64)
+def _shape_regex(sh: str) -> re.Pattern[str]:
+    return re.compile(sh)
+
+
+class PrefixLearner:
+    """Per file: where each line's sglang record starts, and the leading shapes seen in front of records.
+
+    A shape becomes a known prefix once it has been seen twice (before a record, or before a message known to
+    start untagged lines); lines without a record that start with a known prefix lose it. Whitespace in front
+    (indented pastes) always goes."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self._known: list[tuple[str, re.Pattern[str]]] = []
+
+    def learn_text(self, head: str) -> None:
+        """Learn shapes from a block of text (the file's head), before its lines are parsed."""
+        leads: dict[str, int] = {}
+        n = 0
+        for text in head.splitlines():
+            n += 1
+            self._observe(text)
+            m = _NUMERIC_LEAD.match(unquote(text.lstrip(" \t")))
+            if m is not None:
+                sh = shape(m.group())
+                leads[sh] = leads.get(sh, 0) + 1
+        for sh, c in leads.items():
+            while c >= 3 and c * 3 >= n and self.counts.get(sh, 0) < 2:
+                self._count_shape(sh)
+
+    def _observe(self, text: str) -> None:
+        if not text or text[0] == "[":
+            return
+        m = _find_record(text)
+        at = m.start() if m is not None else -1
+        if at < 0:
+            k = _KNOWN_HEAD.search(text, 0, MAX_LEAD)
+            at = k.start() if k is not None and _PREFIXISH.search(text, 0, k.start()) else -1
+        if at > 0:
+            self._count(text[:at])
+
+    def _count(self, lead: str) -> None:
+        if not lead.strip():
+            return  # indentation: always removed, nothing to learn
+        self._count_shape(shape(lead))
+
+    def _count_shape(self, sh: str) -> None:
+        n = self.counts.get(sh, 0) + 1
+        if n > 1000:
+            return
+        self.counts[sh] = n
+        if n == 2 and len(self._known) < 32:
+            self._known.append((sh, _shape_regex(sh)))
+            self._known.sort(key=lambda kv: (-len(kv[0]), kv[0]))  # the longest shape first (most specific)
+
+    def split(self, text: str) -> Prefixed:
+        """The line's record (wherever it starts) and message, with the prefix in front removed."""
+        if text[:1] == "[":
+            p = split_prefix(text)
+            if p.hms is not None and p.msg[:1] != "[":
+                return p
+        m = _find_record(text)
+        if m is not None:
+            lead = text[: m.start()]
+            self._count(lead)
+            return _prefixed(m, text, lead)
+        body = text
+        learned = False
+        for _ in range(4):  # layers: "> " quotes around a docker prefix around an indented line, …
+            before = body
+            if body[:1] in (" ", "\t"):
+                body = body.lstrip(" \t")
+            if body[:3] == "```":
+                f = _FENCE.match(body)
+                if f is not None:
+                    body = body[f.end() :]
+            if not learned:
+                for _sh, rx in self._known:
+                    k = rx.match(body)
+                    if k is not None and k.end() > 0:
+                        body = body[k.end() :]
+                        learned = True
+                        break
+            if body[:1] == ">" or " | " in body[:80]:
+                body = unquote(body)
+            if body == before:
+                break
+        if not learned:
+            k2 = _KNOWN_HEAD.search(body, 0, MAX_LEAD)
+            if k2 is not None and k2.start() > 0 and _PREFIXISH.search(body, 0, k2.start()):
+                self._count(body[: k2.start()])
+        lead = text[: len(text) - len(body)] if text.endswith(body) else ""
+        return Prefixed(None, None, None, body, lead, _pid(lead))
+
+
+def _find_record(text: str) -> re.Match[str] | None:
+    """The sglang record in a line: the last of a run of adjacent records starting within MAX_LEAD."""
+    i = text.find("[", 0, MAX_LEAD)
+    while i >= 0:
+        m = _PREFIX.match(text, i)
+        if m is not None:
+            while True:
+                nxt = _PREFIX.match(text, m.end())
+                if nxt is None:
+                    return m
+                m = nxt
+        i = text.find("[", i + 1, MAX_LEAD)
+    return None
+
+
+def _prefixed(m: re.Match[str], text: str, lead: str) -> Prefixed:
+    ranks = m.group("ranks")
+    label = " ".join(ranks.split()) if ranks else ""
+    return Prefixed(m.group("date"), m.group("hms"), label, text[m.end() :], lead, _pid(lead))
+
+
+def _pid(lead: str) -> int | None:
+    if not lead or ("[" not in lead and "pid" not in lead):
+        return None
+    m = _PID.search(lead)
+    return int(m.group(1) or m.group(2)) if m is not None else None
+
+
 def unquote(text: str) -> str:
     """Strip paste damage in front of a record: "> " quote marks and docker compose service prefixes."""
-    if text.startswith(">"):
-        text = _QUOTE.sub("", text)
-    if " | " in text[:80]:
-        text = _COMPOSE.sub("", text, count=1)
+    for _ in range(4):  # nested: "> " quotes around compose output, compose around compose
+        before = text
+        if text.startswith(">"):
+            text = _QUOTE.sub("", text)
+        if " | " in text[:80]:
+            text = _COMPOSE.sub("", text, count=1)
+        if text == before:
+            break
     return text
 
 
@@ -198,7 +666,7 @@ _HEADS: dict[str, tuple[str | None, str | None, str | None, int] | None] = {}
 
 
 def split_prefix(text: str) -> Prefixed:
-    """Split "[date time RANKS] msg"; a line without the prefix comes back whole, untagged."""
+    """Split "[date time RANKS] msg" at the start of a line; a line without it comes back whole, untagged."""
     if text[:1] != "[":
         return Prefixed(None, None, None, text)
     end = text.find("] ", 1, 72) + 2
