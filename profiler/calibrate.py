@@ -284,15 +284,15 @@ class Calibration:
         d["unobservable"] = [
             {"term": t, "why": w, "sglang_source": SGLANG_TERM_SOURCE[t]} for t, w in self.unobservable
         ]
-        return _finite(d)
+        return finite(d)
 
 
-def _finite(v: Any) -> Any:
+def finite(v: Any) -> Any:
     """JSON has no NaN/inf: write them as null."""
     if isinstance(v, dict):
-        return {k: _finite(x) for k, x in v.items()}
+        return {k: finite(x) for k, x in v.items()}
     if isinstance(v, list | tuple):
-        return [_finite(x) for x in v]
+        return [finite(x) for x in v]
     if isinstance(v, float) and not math.isfinite(v):
         return None
     return v

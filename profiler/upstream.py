@@ -44,7 +44,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from profiler.calibrate import SPECS, Calibration, HeldOut, TermResult
+from profiler.calibrate import SPECS, Calibration, HeldOut, TermResult, finite
 from profiler.errors import MemfracError
 
 SCHEMA_VERSION = 1
@@ -168,21 +168,11 @@ def calibration_json(c: Calibration) -> dict[str, Any]:
     for name, why in c.unobservable:
         if name not in terms:
             not_fitted.setdefault(name, why)
-    return _finite({
+    return finite({
         "schema_version": SCHEMA_VERSION, "rules": c.rules, "sglang_version": c.sglang_version,
         "results": list(c.results), "quantile": c.quantile, "margin_mib": c.margin_mib, "runs": c.runs,
         "terms": terms, "not_fitted": not_fitted, "notes": list(c.notes),
     })  # fmt: skip
-
-
-def _finite(v: Any) -> Any:
-    if isinstance(v, dict):
-        return {k: _finite(x) for k, x in v.items()}
-    if isinstance(v, list | tuple):
-        return [_finite(x) for x in v]
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return v
 
 
 def write_calibration(c: Calibration, path: str | Path) -> dict[str, Any]:

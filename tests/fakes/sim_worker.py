@@ -301,6 +301,16 @@ class Sim:
         """managers/scheduler.py `Scheduler.init_disaggregation` (PD roles)."""
         self.call("phase", "disaggregation_init", lambda _s: self.dev.alloc(mib), object())
 
+    def startup(self, mr: Any, kv_mib: float) -> None:
+        """The steps every scenario shares, up to the graphs: NCCL, baseline, weights 15,400, the KV pool
+        (+ req_to_token 400), attention backends 60, the eager runner (static 240, warm-up 700)."""
+        self.init_parallel()
+        self.baseline()
+        self.weights(15400.0, mr)
+        self.kv_pool(kv_mib, 400.0, LLAMA_BPT, mr)
+        self.attention_backends(60.0, mr)
+        self.eager_runner(240.0, 700.0, mr)
+
     def serve(self, batches: list[float]) -> None:
         """managers/scheduler.py `Scheduler.run_batch` per batch; the first is sglang's own warm-up request.
         Activations are freed to torch's cache at the end of each batch."""
@@ -323,12 +333,7 @@ def unified(out: Path) -> None:
     400 at bs 256), a precarve peak reset inside the prefill capture, and a light serving load."""
     s = Sim(out, 1001)
     mr = model_runner()
-    s.init_parallel()
-    s.baseline()
-    s.weights(15400.0, mr)
-    s.kv_pool(117000.0, 400.0, LLAMA_BPT, mr)
-    s.attention_backends(60.0, mr)
-    s.eager_runner(240.0, 700.0, mr)
+    s.startup(mr, 117000.0)
     s.prefill_graph(500.0, 1500.0, mr, precarve_reset=True)
     s.decode_graph([(256, 400.0), *DECODE_RUNGS[1:]], mr)
     s.finalize(20.0, mr)
@@ -342,12 +347,7 @@ def decode(out: Path, deepep: bool = False) -> None:
     (2,500 MiB, outside torch) and a lazily created NCCL buffer (64 MiB) inside the first decode capture."""
     s = Sim(out, 2001 if not deepep else 3001)
     mr = model_runner()
-    s.init_parallel()
-    s.baseline()
-    s.weights(15400.0, mr)
-    s.kv_pool(117000.0, 400.0, LLAMA_BPT, mr)
-    s.attention_backends(60.0, mr)
-    s.eager_runner(240.0, 700.0, mr)
+    s.startup(mr, 117000.0)
     first = None
     if deepep:
 
@@ -366,12 +366,7 @@ def prefill(out: Path) -> None:
     """A PD prefill worker: the prefill graph only, chunked-prefill activations of 3,000 MiB while serving."""
     s = Sim(out, 4001)
     mr = model_runner()
-    s.init_parallel()
-    s.baseline()
-    s.weights(15400.0, mr)
-    s.kv_pool(110000.0, 400.0, LLAMA_BPT, mr)
-    s.attention_backends(60.0, mr)
-    s.eager_runner(240.0, 700.0, mr)
+    s.startup(mr, 110000.0)
     s.prefill_graph(500.0, 1200.0, mr)
     s.finalize(20.0, mr)
     s.disaggregation_init(30.0)
