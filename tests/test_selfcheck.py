@@ -290,8 +290,8 @@ LIFE_CHECKS = [
 ]
 
 
-def _life(tmp_path, flaw: str = "", guard: bool = True, truth_edit=None):
-    d = tmp_path / f"life-{flaw or 'clean'}"
+def _life(tmp_path, flaw: str = "", guard: bool = True, truth_edit=None, name: str = ""):
+    d = tmp_path / f"life-{name or flaw or 'clean'}"
     d.mkdir()
     truth = sim_worker.selfcheck_life(d, flaw, guard=guard)
     if truth_edit is not None:
@@ -467,7 +467,7 @@ def test_graph_lines_fire_when_the_pool_readings_disagree(tmp_path):
         "comparison: terms from the ledger (graphs judged jointly)",
     }
     edit = lambda t: {"prefill_pool_mib": t.prefill_pool_mib + 100.0}  # noqa: E731
-    _, by = _life(tmp_path / "p" if (tmp_path / "p").mkdir() is None else tmp_path, truth_edit=edit)
+    _, by = _life(tmp_path, truth_edit=edit, name="prefill-pool")
     assert {"life: prefill_graph", "life: decode_graph"} <= _failing(by)
 
 
