@@ -158,7 +158,7 @@ def _cmd_run(a: argparse.Namespace) -> int:
 def _cmd_selfcheck(a: argparse.Namespace) -> int:
     from profiler.selfcheck import run_selfcheck
 
-    return run_selfcheck(json_out=a.json, device=a.device)
+    return run_selfcheck(json_out=a.json, device=a.device, probe_dir=a.probe_dir)
 
 
 def _cmd_ingest(a: argparse.Namespace) -> int:
@@ -310,9 +310,12 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_run)
-    p = sub.add_parser("selfcheck", help="check the probe's memory attribution on this CUDA machine (no sglang)")
+    p = sub.add_parser(
+        "selfcheck", help="acceptance run of a CUDA machine (torch, no sglang): probe attribution and a worker's life"
+    )
     p.add_argument("--device", type=int, default=0)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="one JSON document (schema memfrac-selfcheck/2)")
+    p.add_argument("--probe-dir", metavar="DIR", help="keep the worker life's probe JSONL here (default: discarded)")
     p.set_defaults(func=_cmd_selfcheck)
 
 

@@ -1,8 +1,11 @@
-"""`memfrac selfcheck`: proves on any CUDA machine, without sglang, that the probe's snapshots attribute memory.
+"""`memfrac selfcheck`: the acceptance run of a CUDA machine that has torch but not sglang.
 
-Each check makes memory whose size and owner are known, takes `Probe.snapshot()` before and after (after
-`torch.cuda.synchronize()`, and after `torch.cuda.empty_cache()` where the caching allocator's free cache
-would blur the reading), and compares the per-layer deltas with what the allocation must have cost:
+Two groups of checks, each a CUDA part that takes readings and a pure judge over those readings (the judges
+are plain Python, so CPU tests run them on recorded and hand-made readings):
+
+**attribution** — the probe's snapshot layers say what an allocation of known size and owner cost. Each step
+takes `Probe.snapshot()` before and after (after `torch.cuda.synchronize()`, and after `empty_cache()` where
+the caching allocator's free cache would blur the reading):
 
 0. idle: two snapshots with nothing between them: every layer moves by 0 (a snapshot costs no GPU memory,
    and nothing else is allocating on this GPU; if it fails, every driver delta below is suspect).
@@ -17,17 +20,39 @@ would blur the reading), and compares the per-layer deltas with what the allocat
 4. peak reset: `reset_peaks()` drops an earlier 512 MiB peak, and a transient 256 MiB tensor allocated and
    freed after it shows in `torch_peak_allocated_mib`.
 
-Tolerance: |measured − expected| ≤ max(5 % of the check's size, 2 MiB) on every compared layer, where the
-size is the allocation the check is about (so a non-torch residual of a 512 MiB check, a difference of two
-~512 MiB readings, gets 25.6 MiB). The 2 MiB floor is the CUDA allocation granule: `cudaMalloc` and the
-caching allocator's large segments come in 2 MiB pages, and the driver's free count moves in such pages.
-The sizes are multiples of 2 MiB and powers of two, so they are exact under the default allocator and under
-`roundup_power2_divisions`; with `expandable_segments:True` torch maps 20 MiB pages (512 → 520 MiB, 1.6 %).
+Their tolerance: |measured − expected| ≤ max(5 % of the check's size, 2 MiB) on every compared layer, where
+the size is the allocation the check is about. The 2 MiB floor is the CUDA allocation granule: `cudaMalloc`
+and the caching allocator's large segments come in 2 MiB pages, and the driver's free count moves in such
+pages. The sizes are multiples of 2 MiB and powers of two, so they are exact under the default allocator and
+under `roundup_power2_divisions`; with `expandable_segments:True` torch maps 20 MiB pages (512 → 520 MiB, 1.6 %).
+
+**worker life** — the whole probe pipeline on a real device: a worker's life shaped like sglang 0.5.23's, in
+this process, driven through the plugin's own hook functions into the real `Recorder`, written as probe JSONL,
+read back by `read_probe_dir`, and judged by `compare` and the `ledger`: the books close and every line equals
+the bytes the life allocated for it. The life, its sizes and its tolerances are in `profiler/selfcheck_life.py`.
 
 NVML's per-process delta is reported beside the others but never decides a check (containers hide PIDs, MIG
 hides per-process usage); a disagreement with the driver is named in the check's note.
 
-Only the CUDA-touching functions import torch; the records, the tolerance and the rendering are plain Python.
+`--json` prints one object (schema `memfrac-selfcheck/2`, stable; new keys may be added, none renamed):
+
+    schema      "memfrac-selfcheck/2"
+    passed      true when every check passed
+    device      {index, name, total_mib, free_mib}            free_mib: driver free when the run began
+    torch, cuda, allocator, libcudart, elapsed_s
+    checks      [{name, group, unit, expected, expected_how, expected_by_layer, measured, tolerance,
+                  tolerance_why, passed, note}]
+                group: attribution | worker life; unit: MiB unless it says otherwise; measured: every layer's
+                reading (None: no reading); expected_by_layer: the layers compared and what each must read
+    ledger      the worker life's books, `Ledger.as_dict()` (None when the life did not run)
+    readings    what the judges ran on: {"attribution": {check: snapshots}, "life": {truth, probe_records}} —
+                `judge_readings(doc["readings"])` re-judges a recorded run on any machine
+
+Exit status: 0 every check passed, 1 a check failed, 2 no CUDA device (or too little free memory for the
+worker life) — one line on stderr, nothing on stdout.
+
+Only the CUDA-touching functions import torch; the records, the tolerance, the judges and the rendering are
+plain Python.
 """
 
 from __future__ import annotations
@@ -40,6 +65,8 @@ import json
 import os
 import site
 import sys
+import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +80,8 @@ MIB = 1 << 20
 REL_TOL = 0.05
 ABS_TOL_MIB = 2.0
 TOLERANCE_RULE = "|measured − expected| ≤ max(5% of the check's size, 2 MiB)"
+SCHEMA = "memfrac-selfcheck/2"
+ATTRIBUTION, LIFE = "attribution", "worker life"
 
 TORCH_ALLOC_MIB = 512
 NON_TORCH_ALLOC_MIB = 256
@@ -66,7 +95,7 @@ HIDDEN, FFN, LAYERS = 1024, 4096, 4
 # the 32 MiB hidden state, the output), so the tolerance is a small share of what is measured.
 ROWS_PER_BS = 256
 
-# Layer keys of `Check.measured_mib`, in table order, with their column titles.
+# Layer keys of an attribution check's `measured`, in table order, with their column titles.
 LAYERS_SHOWN: tuple[tuple[str, str], ...] = (
     ("driver", "driver Δ"),
     ("torch_reserved", "reserved Δ"),
@@ -75,10 +104,20 @@ LAYERS_SHOWN: tuple[tuple[str, str], ...] = (
     ("non_torch", "non-torch Δ"),
     ("nvml", "NVML Δ"),
 )
+# ... and of a worker-life check (the window's layers beside what the ledger booked).
+LIFE_LAYERS_SHOWN: tuple[tuple[str, str], ...] = (
+    ("driver", "window driver Δ"),
+    ("torch_reserved", "reserved Δ"),
+    ("non_torch", "non-torch Δ"),
+)
 
 
 class NoCudaDevice(MemfracError):
     """No CUDA device is visible to this process: nothing to check."""
+
+
+class NotEnoughFreeMemory(MemfracError):
+    """The GPU has less free memory than the worker life needs (another process holds it)."""
 
 
 class LibcudartNotFound(MemfracError):
@@ -90,46 +129,393 @@ class CudaRuntimeError(RuntimeError):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Records, tolerance, deltas: plain Python
+# Records and the judging arithmetic: plain Python
 
 
 def tolerance_mib(size_mib: float) -> float:
-    """The tolerance of a check about `size_mib` of memory: 5 % of it or 2 MiB, whichever is larger."""
+    """The tolerance of an attribution check about `size_mib` of memory: 5 % of it or 2 MiB, the larger."""
     return max(REL_TOL * abs(size_mib), ABS_TOL_MIB)
 
 
-def within(measured: float | None, expected: float, tol: float) -> bool:
-    """True when a reading exists and lies within `tol` of `expected` (a missing reading never passes)."""
-    return measured is not None and abs(measured - expected) <= tol + 1e-9
+def within(measured: float | None, expected: float | None, tol: float) -> bool:
+    """True when a reading and its expectation exist and lie within `tol` (a missing one never passes)."""
+    return measured is not None and expected is not None and abs(measured - expected) <= tol + 1e-9
 
 
 @dataclass(frozen=True, slots=True)
 class Check:
-    """One measurement. `measured_mib` holds every layer's delta (memory taken by the step; negative: given
-    back; None: the layer gave no reading); `expected_by_layer` holds the layers the check compares and what
-    each must read; `expected_mib` is the headline figure shown in the table."""
+    """One judged measurement. `measured` holds every layer's reading (memory taken by the step; negative:
+    given back; None: the layer gave no reading); `expected_by_layer` the layers compared and what each must
+    read; `expected` the headline figure; `expected_how` where the expectation comes from (a priori, read,
+    measured before the books opened); `tolerance_why` why the tolerance is what it is."""
 
     name: str
-    expected_mib: float
-    measured_mib: dict[str, float | None]
-    expected_by_layer: dict[str, float]
-    tolerance_mib: float
+    expected: float | None
+    measured: dict[str, float | None]
+    expected_by_layer: dict[str, float | None]
+    tolerance: float
     passed: bool
     note: str = ""
+    group: str = ATTRIBUTION
+    unit: str = "MiB"
+    expected_how: str = ""
+    tolerance_why: str = ""
+
+    @property
+    def headline(self) -> tuple[str, float | None]:
+        """The first compared layer and its reading (what a table's 'measured' column shows)."""
+        k = next(iter(self.expected_by_layer), "")
+        return k, self.measured.get(k)
 
     def as_dict(self) -> dict[str, Any]:
         def r(v: float | None) -> float | None:
-            return None if v is None else round(v, 3)
+            return None if v is None else round(float(v), 3)
 
         return {
             "name": self.name,
-            "expected_mib": r(self.expected_mib),
-            "measured_mib": {k: r(v) for k, v in self.measured_mib.items()},
+            "group": self.group,
+            "unit": self.unit,
+            "expected": r(self.expected),
+            "expected_how": self.expected_how,
             "expected_by_layer": {k: r(v) for k, v in self.expected_by_layer.items()},
-            "tolerance_mib": r(self.tolerance_mib),
+            "measured": {k: r(v) for k, v in self.measured.items()},
+            "tolerance": r(self.tolerance),
+            "tolerance_why": self.tolerance_why,
             "passed": self.passed,
             "note": self.note,
         }
+
+
+def verdict(
+    name: str,
+    measured: dict[str, float | None],
+    expected_by_layer: dict[str, float | None],
+    tolerance: float,
+    *,
+    expected: float | None = None,
+    also: tuple[bool, str] = (True, ""),
+    note: str = "",
+    group: str = ATTRIBUTION,
+    unit: str = "MiB",
+    how: str = "",
+    tolerance_why: str = "",
+) -> Check:
+    """A `Check` from readings: passes when every expected layer lies within `tolerance` of its expectation
+    and the extra condition `also` = (holds, what it says when it does not) holds. The headline `expected`
+    defaults to the first compared layer's expectation."""
+    notes = [note] if note else []
+    off = [k for k, e in expected_by_layer.items() if not within(measured.get(k), e, tolerance)]
+    for k in off:
+        m, e = measured.get(k), expected_by_layer[k]
+        got = "no reading" if m is None else f"{m:+.1f}"
+        want = "no expectation (its reading is missing)" if e is None else f"expected {_e_fmt(e)}"
+        notes.append(f"{k} {got} vs {want}")
+    ok, why = also
+    if not ok:
+        notes.append(why)
+    drv, nv = measured.get("driver"), measured.get("nvml")
+    if drv is not None and nv is not None and abs(nv - drv) > tolerance:
+        notes.append(f"NVML Δ {nv:+.1f} differs from driver Δ {drv:+.1f} (informational)")
+    head = expected if expected is not None else next(iter(expected_by_layer.values()), None)
+    return Check(
+        name=name,
+        expected=head,
+        measured=dict(measured),
+        expected_by_layer=dict(expected_by_layer),
+        tolerance=tolerance,
+        passed=not off and ok,
+        note="; ".join(notes),
+        group=group,
+        unit=unit,
+        expected_how=how,
+        tolerance_why=tolerance_why,
+    )
+
+
+def judge(
+    name: str,
+    size_mib: float,
+    measured: dict[str, float | None],
+    expected_by_layer: dict[str, float],
+    *,
+    expected_mib: float | None = None,
+    also: tuple[bool, str] = (True, ""),
+    note: str = "",
+) -> Check:
+    """An attribution check: `verdict` with the tolerance of `size_mib` (5 % or 2 MiB)."""
+    return verdict(
+        name,
+        measured,
+        dict(expected_by_layer),
+        tolerance_mib(size_mib),
+        expected=size_mib if expected_mib is None else expected_mib,
+        also=also,
+        note=note,
+        how="a priori: the size of what the step allocates" if size_mib else "",
+        tolerance_why="max(5% of the size, one 2 MiB allocation granule)",
+    )
+
+
+def _e_fmt(v: float) -> str:
+    return f"{v:+.1f}" if v else "0"
+
+
+def failed(name: str, note: str, group: str = ATTRIBUTION) -> Check:
+    """A check that could not measure (an exception, a missing library): fails, says why."""
+    return Check(
+        name=name,
+        expected=None,
+        measured={},
+        expected_by_layer={},
+        tolerance=ABS_TOL_MIB,
+        passed=False,
+        note=note,
+        group=group,
+    )
+
+
+def deltas(before: Snapshot, after: Snapshot) -> dict[str, float | None]:
+    """Per-layer memory taken between two snapshots, MiB (negative: given back). driver = free before − free
+    after; non-torch = driver − torch reserved; NVML = this process's NVML usage after − before."""
+
+    def diff(a: float | None, b: float | None) -> float | None:
+        return None if a is None or b is None else b - a
+
+    d = after - before
+    return {
+        "driver": d.driver_mib,
+        "torch_reserved": d.reserved_mib,
+        "torch_allocated": d.allocated_mib,
+        "torch_peak_allocated": diff(before.torch_peak_allocated_mib, after.torch_peak_allocated_mib),
+        "non_torch": d.nontorch_mib,
+        "nvml": diff(before.nvml_used_mib, after.nvml_used_mib),
+    }
+
+
+def _snap_dict(s: Snapshot) -> dict[str, Any]:
+    return {"kind": s.kind, **s.as_dict()}
+
+
+def _snap_of(d: dict[str, Any]) -> Snapshot:
+    return Snapshot(**d)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The attribution checks' readings (what the CUDA part hands the judges; JSON both ways)
+
+
+@dataclass(frozen=True, slots=True)
+class IdleReadings:
+    first: Snapshot
+    second: Snapshot
+
+
+@dataclass(frozen=True, slots=True)
+class AllocReadings:
+    """A known allocation: before it, while it is held, after it was given back."""
+
+    size_mib: float
+    before: Snapshot
+    held: Snapshot
+    freed: Snapshot
+    via: str = ""  # the libcudart of a cudaMalloc
+
+
+@dataclass(frozen=True, slots=True)
+class LadderReadings:
+    """The graph ladder: the baseline, the reading after each capture (capture order), after every replay."""
+
+    floor_mib: float
+    base: Snapshot
+    rungs: tuple[tuple[int, Snapshot], ...]
+    final: Snapshot
+
+
+@dataclass(frozen=True, slots=True)
+class PeakReadings:
+    """Before and after reset_peaks (an earlier `prior_mib` peak), and after a `transient_mib` tensor came and went."""
+
+    prior_mib: float
+    transient_mib: float
+    pre: Snapshot
+    reset: Snapshot
+    after: Snapshot
+
+
+def readings_as_dict(r: Any) -> dict[str, Any]:
+    """One readings record as JSON-ready data (snapshots as their recorded fields)."""
+    out: dict[str, Any] = {"type": type(r).__name__}
+    for name in r.__slots__:
+        v = getattr(r, name)
+        if isinstance(v, Snapshot):
+            v = _snap_dict(v)
+        elif name == "rungs":
+            v = [[bs, _snap_dict(s)] for bs, s in v]
+        out[name] = v
+    return out
+
+
+_READINGS = {c.__name__: c for c in (IdleReadings, AllocReadings, LadderReadings, PeakReadings)}
+
+
+def readings_from_dict(d: dict[str, Any]) -> Any:
+    cls = _READINGS[d["type"]]
+    kw = {}
+    for name in cls.__slots__:
+        v = d[name]
+        if name == "rungs":
+            v = tuple((int(bs), _snap_of(s)) for bs, s in v)
+        elif isinstance(v, dict):
+            v = _snap_of(v)
+        kw[name] = v
+    return cls(**kw)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The attribution judges: pure functions of readings
+
+
+def judge_idle(r: IdleReadings) -> list[Check]:
+    """0. Nothing between two snapshots: no layer moves."""
+    d = deltas(r.first, r.second)
+    exp = {"driver": 0.0, "torch_reserved": 0.0, "torch_allocated": 0.0, "non_torch": 0.0}
+    ok = within(d["driver"], 0.0, tolerance_mib(0))
+    why = "" if ok else "the driver's free memory moved while idle: another process is using this GPU?"
+    return [judge("idle: snapshot costs nothing", 0.0, d, exp, note=why)]
+
+
+def judge_torch_tensor(r: AllocReadings) -> list[Check]:
+    """1. A torch tensor of known size: reserved = allocated = driver; non-torch 0; given back on free."""
+    n = r.size_mib
+    layers = ("driver", "torch_reserved", "torch_allocated")
+    return [
+        judge(
+            f"torch tensor {n:g} MiB",
+            n,
+            deltas(r.before, r.held),
+            {**dict.fromkeys(layers, float(n)), "non_torch": 0.0},
+        ),
+        judge(
+            f"torch tensor {n:g} MiB freed",
+            n,
+            deltas(r.held, r.freed),
+            {**dict.fromkeys(layers, float(-n)), "non_torch": 0.0},
+            expected_mib=-n,
+            note="del + empty_cache",
+        ),
+    ]
+
+
+def judge_cuda_malloc(r: AllocReadings) -> list[Check]:
+    """2. cudaMalloc behind torch's back: the driver sees it, torch does not, so it is non-torch; cudaFree gives
+    it back."""
+    n = r.size_mib
+    return [
+        judge(
+            f"cudaMalloc {n:g} MiB (non-torch)",
+            n,
+            deltas(r.before, r.held),
+            {"driver": float(n), "torch_reserved": 0.0, "torch_allocated": 0.0, "non_torch": float(n)},
+            note=r.via,
+        ),
+        judge(
+            f"cudaFree {n:g} MiB",
+            n,
+            deltas(r.held, r.freed),
+            {"driver": float(-n), "torch_reserved": 0.0, "torch_allocated": 0.0, "non_torch": float(-n)},
+            expected_mib=-n,
+        ),
+    ]
+
+
+def judge_graph_ladder(r: LadderReadings) -> list[Check]:
+    """3. Per capture, driver Δ = torch reserved Δ (the private pool is inside reserved; non-torch 0) and memory
+    never goes down; replaying every graph costs nothing, so the per-capture deltas sum to the total."""
+    checks: list[Check] = []
+    prev = r.base
+    rungs: list[dict[str, float | None]] = []
+    for i, (bs, s) in enumerate(r.rungs):
+        d = deltas(prev, s)
+        rungs.append(d)
+        prev = s
+        res, drv = d["torch_reserved"] or 0.0, d["driver"]
+        tol = tolerance_mib(res)
+        up = res >= 0 and drv is not None and drv >= -tol
+        checks.append(
+            judge(
+                f"graph capture bs={bs}",
+                res,
+                d,
+                {"driver": res, "non_torch": 0.0},
+                also=(up, "memory went down during a capture"),
+                note="expected = torch reserved Δ (graph pool growth); the driver must match" if i == 0 else "",
+            )
+        )
+    total = deltas(r.base, r.final)
+    sum_r = sum(d["torch_reserved"] or 0.0 for d in rungs)
+    sum_d = sum(d["driver"] or 0.0 for d in rungs)
+    top = r.rungs[0][0] if r.rungs else "?"
+    checks.append(
+        judge(
+            f"graph ladder total ({len(r.rungs)} graphs, replayed)",
+            sum_r,
+            total,
+            {"driver": sum_d, "torch_reserved": sum_r, "non_torch": 0.0},
+            also=(
+                (total["torch_reserved"] or 0.0) >= r.floor_mib,
+                f"the ladder reserved less than its bs={top} FFN activation ({r.floor_mib:.0f} MiB)",
+            ),
+            note="expected = Σ per-capture deltas; replays must allocate nothing",
+        )
+    )
+    return checks
+
+
+def judge_peak_reset(r: PeakReadings) -> list[Check]:
+    """4. reset_peaks() drops an earlier peak to the current allocation; a transient tensor allocated and freed
+    after the reset shows in torch_peak_allocated_mib (allocated itself is back where it was)."""
+    big, n = r.prior_mib, r.transient_mib
+    return [
+        judge(
+            f"reset_peaks drops a {big:g} MiB peak",
+            big,
+            deltas(r.pre, r.reset),
+            {"torch_peak_allocated": float(-big), "torch_allocated": 0.0},
+            expected_mib=-big,
+        ),
+        judge(
+            f"transient {n:g} MiB after reset",
+            n,
+            deltas(r.reset, r.after),
+            {"torch_peak_allocated": float(n), "torch_allocated": 0.0},
+            note="allocated and freed between the snapshots",
+        ),
+    ]
+
+
+_JUDGES: dict[str, Callable[[Any], list[Check]]] = {
+    "idle": judge_idle,
+    "torch tensor": judge_torch_tensor,
+    "cudaMalloc": judge_cuda_malloc,
+    "graph ladder": judge_graph_ladder,
+    "peak reset": judge_peak_reset,
+}
+
+
+def judge_readings(readings: dict[str, Any]) -> tuple[list[Check], Any]:
+    """Re-judge a run from its recorded readings (`--json`'s "readings"): (checks, the life's ledger or None)."""
+    checks: list[Check] = []
+    for name, d in (readings.get(ATTRIBUTION) or {}).items():
+        checks += _JUDGES[name](readings_from_dict(d))
+    ledger = None
+    life = readings.get(LIFE)
+    if life:
+        from profiler.selfcheck_life import LifeTruth, judge_life_records
+
+        res = judge_life_records(life["probe_records"], LifeTruth.from_dict(life["truth"]))
+        checks += res.checks
+        ledger = res.ledger
+    return checks, ledger
 
 
 @dataclass(slots=True)
@@ -143,131 +529,145 @@ class SelfcheckReport:
     allocator: str
     checks: list[Check] = field(default_factory=list)
     libcudart: str | None = None
+    free_mib: float | None = None
+    cuda_version: str | None = None
+    ledger: Any = None  # the worker life's Ledger
+    readings: dict[str, Any] = field(default_factory=dict)
+    elapsed_s: float | None = None
 
     @property
     def passed(self) -> bool:
         return bool(self.checks) and all(c.passed for c in self.checks)
 
-    def as_dicts(self) -> list[dict[str, Any]]:
-        return [c.as_dict() for c in self.checks]
-
-
-def judge(
-    name: str,
-    size_mib: float,
-    measured: dict[str, float | None],
-    expected_by_layer: dict[str, float],
-    *,
-    expected_mib: float | None = None,
-    also: tuple[bool, str] = (True, ""),
-    note: str = "",
-) -> Check:
-    """A `Check` from readings: passes when every expected layer is within the tolerance of `size_mib` and the
-    extra condition `also` = (holds, what it says when it does not) holds."""
-    tol = tolerance_mib(size_mib)
-    notes = [note] if note else []
-    off = [k for k, e in expected_by_layer.items() if not within(measured.get(k), e, tol)]
-    for k in off:
-        m = measured.get(k)
-        notes.append(f"{k} {'no reading' if m is None else f'{m:+.1f}'} vs expected {_e_fmt(expected_by_layer[k])}")
-    ok, why = also
-    if not ok:
-        notes.append(why)
-    drv, nv = measured.get("driver"), measured.get("nvml")
-    if drv is not None and nv is not None and abs(nv - drv) > tol:
-        notes.append(f"NVML Δ {nv:+.1f} differs from driver Δ {drv:+.1f} (informational)")
-    return Check(
-        name=name,
-        expected_mib=size_mib if expected_mib is None else expected_mib,
-        measured_mib=dict(measured),
-        expected_by_layer=dict(expected_by_layer),
-        tolerance_mib=tol,
-        passed=not off and ok,
-        note="; ".join(notes),
-    )
-
-
-def _e_fmt(v: float) -> str:
-    return f"{v:+.1f}" if v else "0"
-
-
-def failed(name: str, note: str) -> Check:
-    """A check that could not measure (an exception, a missing library): fails, says why."""
-    return Check(name, 0.0, {}, {}, ABS_TOL_MIB, False, note)
-
-
-def deltas(before: Snapshot, after: Snapshot) -> dict[str, float | None]:
-    """Per-layer memory taken between two snapshots, MiB (negative: given back). driver = free before − free
-    after; non-torch = driver − torch reserved; NVML = this process's NVML usage after − before."""
-
-    def diff(a: float | None, b: float | None) -> float | None:
-        return None if a is None or b is None else b - a
-
-    driver = diff(after.free_mib, before.free_mib)
-    reserved = diff(before.torch_reserved_mib, after.torch_reserved_mib)
-    return {
-        "driver": driver,
-        "torch_reserved": reserved,
-        "torch_allocated": diff(before.torch_allocated_mib, after.torch_allocated_mib),
-        "torch_peak_allocated": diff(before.torch_peak_allocated_mib, after.torch_peak_allocated_mib),
-        "non_torch": None if driver is None or reserved is None else driver - reserved,
-        "nvml": diff(before.nvml_used_mib, after.nvml_used_mib),
-    }
+    def as_dict(self) -> dict[str, Any]:
+        """The `--json` document (schema in the module docstring)."""
+        return {
+            "schema": SCHEMA,
+            "passed": self.passed,
+            "device": {
+                "index": self.device,
+                "name": self.device_name,
+                "total_mib": self.total_mib,
+                "free_mib": self.free_mib,
+            },
+            "torch": self.torch_version,
+            "cuda": self.cuda_version,
+            "allocator": self.allocator,
+            "libcudart": self.libcudart,
+            "elapsed_s": None if self.elapsed_s is None else round(self.elapsed_s, 2),
+            "checks": [c.as_dict() for c in self.checks],
+            "ledger": None if self.ledger is None else self.ledger.as_dict(),
+            "readings": self.readings,
+        }
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Rendering
+# Rendering (profiler.ui: a box table on a terminal, Markdown otherwise)
 
 
 def _cell(c: Check, key: str) -> str:
-    v = c.measured_mib.get(key)
+    v = c.measured.get(key)
     if v is None:
         return "-"
     if key not in c.expected_by_layer:
         return f"({v:.1f})"
-    return f"{v:.1f}" + ("" if within(v, c.expected_by_layer[key], c.tolerance_mib) else "!")
+    return f"{v:.1f}" + ("" if within(v, c.expected_by_layer[key], c.tolerance) else "!")
 
 
-def render_text(report: SelfcheckReport) -> str:
-    """The report as a table: one row per check; compared layers plain, informational ones in (), a compared
-    layer out of tolerance marked !, notes below."""
-    head = (
-        f"memfrac selfcheck: GPU {report.device} ({report.device_name}, {report.total_mib:,.0f} MiB), "
-        f"torch {report.torch_version}, allocator {report.allocator}"
-    )
-    lines = [
-        head,
-        f"tolerance: {TOLERANCE_RULE}. Δ = MiB taken by the step (negative: given back); "
-        "non-torch = driver − torch reserved.",
+def _num(v: float | None) -> str:
+    return "-" if v is None else f"{v:,.1f}"
+
+
+def render_text(report: SelfcheckReport, rich_look: bool | None = None) -> str:
+    """The report as tables: attribution checks (compared layers plain, informational ones in (), a compared
+    layer out of tolerance marked !), worker-life checks, the life's ledger; notes and the verdict below."""
+    from profiler.ui import table
+
+    free = f", {report.free_mib:,.0f} free" if report.free_mib is not None else ""
+    cuda = f" (CUDA {report.cuda_version})" if report.cuda_version else ""
+    out = [
+        f"memfrac selfcheck: GPU {report.device} ({report.device_name}, {report.total_mib:,.0f} MiB{free}), "
+        f"torch {report.torch_version}{cuda}, allocator {report.allocator}",
         "",
     ]
-    titles = ["check", "expected", *(t for _, t in LAYERS_SHOWN), "tol", "result"]
-    rows = [
-        [
-            c.name,
-            f"{c.expected_mib:.1f}",
-            *(_cell(c, k) for k, _ in LAYERS_SHOWN),
-            f"{c.tolerance_mib:.1f}",
-            "pass" if c.passed else "FAIL",
+    attr = [c for c in report.checks if c.group == ATTRIBUTION]
+    life = [c for c in report.checks if c.group != ATTRIBUTION]
+    if attr:
+        rows = [
+            [
+                c.name,
+                _num(c.expected),
+                *(_cell(c, k) for k, _ in LAYERS_SHOWN),
+                f"{c.tolerance:.1f}",
+                "pass" if c.passed else "FAIL",
+            ]
+            for c in attr
         ]
-        for c in report.checks
-    ]
-    widths = [max(len(r[i]) for r in [titles, *rows]) for i in range(len(titles))]
-
-    def fmt(r: list[str]) -> str:
-        return "  ".join(s.ljust(w) if i == 0 else s.rjust(w) for i, (s, w) in enumerate(zip(r, widths, strict=True)))
-
-    lines += [fmt(titles), "  ".join("-" * w for w in widths), *map(fmt, rows), ""]
-    lines.append("(x) informational, not compared; ! a compared layer out of tolerance; - no reading")
+        out.append(
+            table(
+                ["check", "expected", *(t for _, t in LAYERS_SHOWN), "tol", "result"],
+                rows,
+                title="attribution: what each snapshot layer saw (MiB)",
+                caption=f"tolerance {TOLERANCE_RULE}. Δ = MiB taken by the step (negative: given back); "
+                "non-torch = driver − torch reserved; (x) informational; ! out of tolerance",
+                right=[False, *[True] * (len(LAYERS_SHOWN) + 2), False],
+                rich_look=rich_look,
+            )
+        )
+        out.append("")
+    if life:
+        rows = []
+        for c in life:
+            key, v = c.headline
+            shown = _num(v) if key in ("ledger", "") else f"{key} {_num(v)}"
+            rows.append(
+                [
+                    c.name,
+                    _num(c.expected),
+                    shown + ("" if c.passed else "!"),
+                    *(_cell(c, k) for k, _ in LIFE_LAYERS_SHOWN),
+                    f"{c.tolerance:g}",
+                    c.unit,
+                    "pass" if c.passed else "FAIL",
+                ]
+            )
+        out.append(
+            table(
+                ["check", "expected", "measured", *(t for _, t in LIFE_LAYERS_SHOWN), "tol", "unit", "result"],
+                rows,
+                title="worker life: probe → JSONL → reader → ledger / compare, against what was allocated",
+                caption="measured: the ledger line (or the figure named); window Δ: the phase window's own layers",
+                right=[False, True, True, True, True, True, True, False, False],
+                rich_look=rich_look,
+            )
+        )
+        out.append("")
+    L = report.ledger
+    if L is not None:
+        rows = [[x.name, f"{x.mib:,.1f}", x.how, x.source] for x in L.lines]
+        rows += [[f"{x.name} (after the worst point)", f"{x.mib:,.1f}", x.how, x.source] for x in L.after_worst]
+        res = L.residual_mib
+        closes = "closes" if L.closes else "does NOT close"
+        out.append(
+            table(
+                ["line", "MiB", "how", "source"],
+                rows,
+                title=f"the life's ledger ({L.rank or 'rank'}): free at start "
+                f"{_num(L.free_at_start_mib)} MiB, books at the {L.worst_point}",
+                caption=f"residual {_num(res)} MiB (resolution {L.resolution_mib:g}): {closes}",
+                right=[False, True, False, False],
+                rich_look=rich_look,
+            )
+        )
+        out.append("")
     notes = [f"  {c.name}: {c.note}" for c in report.checks if c.note]
     if notes:
-        lines += ["notes:", *notes]
+        out += ["notes:", *notes]
     if report.libcudart:
-        lines.append(f"libcudart: {report.libcudart}")
+        out.append(f"libcudart: {report.libcudart}")
     n_ok = sum(c.passed for c in report.checks)
-    verdict = "all pass" if report.passed else "FAILED"
-    lines.append(f"{n_ok}/{len(report.checks)} checks passed: {verdict}")
-    return "\n".join(lines)
+    out.append(f"{n_ok}/{len(report.checks)} checks passed: {'all pass' if report.passed else 'FAILED'}")
+    return "\n".join(out)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -421,7 +821,7 @@ class CudaRuntime:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# The checks (CUDA)
+# The attribution checks' CUDA part: take the readings
 
 
 def cuda_unavailable_reason(device: int = 0) -> str | None:
@@ -443,7 +843,7 @@ def cuda_unavailable_reason(device: int = 0) -> str | None:
     return None
 
 
-def _settle(torch: Any) -> None:
+def settle(torch: Any) -> None:
     """Free what Python no longer references and hand the caching allocator's free cache back to the driver."""
     gc.collect()
     torch.cuda.synchronize()
@@ -456,47 +856,26 @@ def _snap(torch: Any, probe: Probe) -> Snapshot:
     return probe.snapshot()
 
 
-def check_idle(torch: Any, probe: Probe) -> list[Check]:
-    """0. Nothing between two snapshots: no layer moves (the first snapshot also initialises NVML)."""
-    _settle(torch)
-    s0 = _snap(torch, probe)
-    s1 = _snap(torch, probe)
-    d = deltas(s0, s1)
-    exp = {"driver": 0.0, "torch_reserved": 0.0, "torch_allocated": 0.0, "non_torch": 0.0}
-    ok = within(d["driver"], 0.0, tolerance_mib(0))
-    why = "" if ok else "the driver's free memory moved while idle: another process is using this GPU?"
-    return [judge("idle: snapshot costs nothing", 0.0, d, exp, note=why)]
+def read_idle(torch: Any, probe: Probe) -> IdleReadings:
+    """Two snapshots with nothing between them (the first also initialises NVML)."""
+    settle(torch)
+    return IdleReadings(_snap(torch, probe), _snap(torch, probe))
 
 
-def check_torch_tensor(torch: Any, probe: Probe, device: int) -> list[Check]:
-    """1. A torch tensor of known size: reserved = allocated = driver; non-torch 0; given back on free."""
+def read_torch_tensor(torch: Any, probe: Probe, device: int) -> AllocReadings:
     n = TORCH_ALLOC_MIB
-    _settle(torch)  # no cached free segment may serve the request
+    settle(torch)  # no cached free segment may serve the request
     s0 = _snap(torch, probe)
     x = torch.empty(n * MIB, dtype=torch.uint8, device=f"cuda:{device}")  # no kernel: no lazy module load
     s1 = _snap(torch, probe)
     del x
-    _settle(torch)
-    s2 = _snap(torch, probe)
-    layers = ("driver", "torch_reserved", "torch_allocated")
-    return [
-        judge(f"torch tensor {n} MiB", n, deltas(s0, s1), {**dict.fromkeys(layers, float(n)), "non_torch": 0.0}),
-        judge(
-            f"torch tensor {n} MiB freed",
-            n,
-            deltas(s1, s2),
-            {**dict.fromkeys(layers, float(-n)), "non_torch": 0.0},
-            expected_mib=-n,
-            note="del + empty_cache",
-        ),
-    ]
+    settle(torch)
+    return AllocReadings(float(n), s0, s1, _snap(torch, probe), "del + empty_cache")
 
 
-def check_cuda_malloc(torch: Any, probe: Probe, device: int, rt: CudaRuntime) -> list[Check]:
-    """2. cudaMalloc behind torch's back: the driver sees it, torch does not, so it is non-torch; cudaFree
-    gives it back."""
+def read_cuda_malloc(torch: Any, probe: Probe, rt: CudaRuntime) -> AllocReadings:
     n = NON_TORCH_ALLOC_MIB
-    _settle(torch)
+    settle(torch)
     s0 = _snap(torch, probe)
     ptr: int | None = rt.malloc(n * MIB)
     try:
@@ -510,22 +889,7 @@ def check_cuda_malloc(torch: Any, probe: Probe, device: int, rt: CudaRuntime) ->
         if ptr is not None:
             rt.free(ptr)
     via = f"via {rt.path.name} (CUDA runtime {rt.version // 1000}.{rt.version % 1000 // 10})"
-    return [
-        judge(
-            f"cudaMalloc {n} MiB (non-torch)",
-            n,
-            deltas(s0, s1),
-            {"driver": float(n), "torch_reserved": 0.0, "torch_allocated": 0.0, "non_torch": float(n)},
-            note=via,
-        ),
-        judge(
-            f"cudaFree {n} MiB",
-            n,
-            deltas(s1, s2),
-            {"driver": float(-n), "torch_reserved": 0.0, "torch_allocated": 0.0, "non_torch": float(-n)},
-            expected_mib=-n,
-        ),
-    ]
+    return AllocReadings(float(n), s0, s1, s2, via)
 
 
 def _mlp(torch: Any, device: int, dtype: Any) -> Any:
@@ -541,18 +905,15 @@ def ladder_floor_mib(dtype_bytes: int = 2) -> float:
     return LADDER[0] * ROWS_PER_BS * FFN * dtype_bytes / MIB
 
 
-def check_graph_ladder(torch: Any, probe: Probe, device: int) -> list[Check]:
-    """3. CUDA graphs of batch sizes 64 → 1 captured into one shared pool: per capture, driver Δ = torch
-    reserved Δ (the private pool is inside reserved; non-torch 0) and memory never goes down; replaying every
-    graph costs nothing, so the per-capture deltas sum to the total.
-
-    Everything with a one-off non-torch cost happens before the baseline: the eager run of every shape on the
-    capture stream (kernel modules load lazily on first launch; cuBLAS handle and its per-stream workspace) and
-    one throwaway capture (the RNG's graph registration, capture-path kernels), then freed. What remains in the
-    driver column is the graph executables' own device memory, KiB for graphs of a dozen nodes."""
+def read_graph_ladder(torch: Any, probe: Probe, device: int) -> LadderReadings:
+    """CUDA graphs of batch sizes 64 → 1 captured into one shared pool, a reading after each, then every graph
+    replayed. Everything with a one-off non-torch cost happens before the baseline: the eager run of every
+    shape on the capture stream (kernel modules load lazily on first launch; cuBLAS handle and its per-stream
+    workspace) and one throwaway capture (the RNG's graph registration, capture-path kernels), then freed.
+    What remains in the driver column is the graph executables' own device memory, KiB for graphs of a dozen
+    nodes."""
     dev = f"cuda:{device}"
     dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    checks: list[Check] = []
     graphs: list[Any] = []
     outs: list[Any] = []
     with torch.no_grad():
@@ -569,69 +930,33 @@ def check_graph_ladder(torch: Any, probe: Probe, device: int) -> list[Check]:
             y0 = model(x[:ROWS_PER_BS])
         g0.replay()
         del g0, y0
-        _settle(torch)
+        settle(torch)
         try:
             pool = torch.cuda.graph_pool_handle()
-            base = prev = _snap(torch, probe)
-            rungs: list[dict[str, float | None]] = []
+            base = _snap(torch, probe)
+            rungs: list[tuple[int, Snapshot]] = []
             for bs in LADDER:
                 g = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(g, pool=pool, stream=stream):
                     outs.append(model(x[: bs * ROWS_PER_BS]))
                 graphs.append(g)
-                s = _snap(torch, probe)
-                d = deltas(prev, s)
-                rungs.append(d)
-                prev = s
-                r, drv = d["torch_reserved"] or 0.0, d["driver"]
-                tol = tolerance_mib(r)
-                up = r >= 0 and drv is not None and drv >= -tol
-                checks.append(
-                    judge(
-                        f"graph capture bs={bs}",
-                        r,
-                        d,
-                        {"driver": r, "non_torch": 0.0},
-                        also=(up, "memory went down during a capture"),
-                        note="expected = torch reserved Δ (graph pool growth); the driver must match"
-                        if bs == 64
-                        else "",
-                    )
-                )
+                rungs.append((bs, _snap(torch, probe)))
             for g in graphs:
                 g.replay()
             final = _snap(torch, probe)
-            total = deltas(base, final)
-            sum_r = sum(d["torch_reserved"] or 0.0 for d in rungs)
-            sum_d = sum(d["driver"] or 0.0 for d in rungs)
             floor = ladder_floor_mib(torch.tensor([], dtype=dtype).element_size())
-            checks.append(
-                judge(
-                    f"graph ladder total ({len(LADDER)} graphs, replayed)",
-                    sum_r,
-                    total,
-                    {"driver": sum_d, "torch_reserved": sum_r, "non_torch": 0.0},
-                    also=(
-                        (total["torch_reserved"] or 0.0) >= floor,
-                        f"the ladder reserved less than its bs={LADDER[0]} FFN activation ({floor:.0f} MiB)",
-                    ),
-                    note="expected = Σ per-capture deltas; replays must allocate nothing",
-                )
-            )
+            return LadderReadings(floor, base, tuple(rungs), final)
         finally:
             graphs.clear()
             outs.clear()
             del model, x
-            _settle(torch)
-    return checks
+            settle(torch)
 
 
-def check_peak_reset(torch: Any, probe: Probe, device: int) -> list[Check]:
-    """4. reset_peaks() drops an earlier peak to the current allocation; a transient tensor allocated and freed
-    after the reset shows in torch_peak_allocated_mib (allocated itself is back where it was)."""
+def read_peak_reset(torch: Any, probe: Probe, device: int) -> PeakReadings:
     dev = f"cuda:{device}"
     big, n = PEAK_PRIOR_MIB, PEAK_TRANSIENT_MIB
-    _settle(torch)
+    settle(torch)
     # Start from peak = current, so that the earlier peak below is exactly `big` above it (the checks before
     # this one peaked higher: the ladder's eager warm-up and graph pool).
     probe.reset_peaks()
@@ -643,34 +968,23 @@ def check_peak_reset(torch: Any, probe: Probe, device: int) -> list[Check]:
     t = torch.empty(n * MIB, dtype=torch.uint8, device=dev)
     del t
     s1 = _snap(torch, probe)
-    _settle(torch)
-    return [
-        judge(
-            f"reset_peaks drops a {big} MiB peak",
-            big,
-            deltas(s_pre, s0),
-            {"torch_peak_allocated": float(-big), "torch_allocated": 0.0},
-            expected_mib=-big,
-        ),
-        judge(
-            f"transient {n} MiB after reset",
-            n,
-            deltas(s0, s1),
-            {"torch_peak_allocated": float(n), "torch_allocated": 0.0},
-            note="allocated and freed between the snapshots",
-        ),
-    ]
+    settle(torch)
+    return PeakReadings(float(big), float(n), s_pre, s0, s1)
 
 
-def _guarded(name: str, fn: Callable[[], list[Check]], torch: Any) -> list[Check]:
+# ---------------------------------------------------------------------------------------------------------------
+# The run
+
+
+def _guarded(name: str, fn: Callable[[], list[Check]], torch: Any, group: str = ATTRIBUTION) -> list[Check]:
     """Run one check; an exception becomes a failed check that names it, and the memory is settled after."""
     try:
         return fn()
     except Exception as e:
-        return [failed(name, f"could not measure: {type(e).__name__}: {e}")]
+        return [failed(name, f"could not measure: {type(e).__name__}: {e}", group)]
     finally:
         with contextlib.suppress(Exception):
-            _settle(torch)
+            settle(torch)
 
 
 def _allocator(torch: Any) -> str:
@@ -682,8 +996,11 @@ def _allocator(torch: Any) -> str:
     return f"{backend} (PYTORCH_CUDA_ALLOC_CONF={conf})" if conf else backend
 
 
-def selfcheck(device: int = 0) -> SelfcheckReport:
-    """Run every check on `device`. Raises NoCudaDevice when it is not visible."""
+def selfcheck(device: int = 0, *, life: bool = True, probe_dir: str | Path | None = None) -> SelfcheckReport:
+    """Run every check on `device`: the attribution checks, then (with `life`) the worker life, whose probe
+    JSONL lands in `probe_dir` (a temporary directory, removed, when None). Raises NoCudaDevice when the device
+    is not visible, NotEnoughFreeMemory when the life would not fit beside what else holds the GPU."""
+    t0 = time.monotonic()
     why = cuda_unavailable_reason(device)
     if why:
         raise NoCudaDevice(why)
@@ -693,35 +1010,89 @@ def selfcheck(device: int = 0) -> SelfcheckReport:
     torch.zeros(1, device=f"cuda:{device}")  # creates the context; the probe never does
     torch.cuda.synchronize()
     props = torch.cuda.get_device_properties(device)
+    free_b, _total_b = torch.cuda.mem_get_info(device)
     report = SelfcheckReport(
         device=device,
         device_name=props.name,
         total_mib=props.total_memory / MIB,
         torch_version=torch.__version__,
         allocator=_allocator(torch),
+        free_mib=free_b / MIB,
+        cuda_version=torch.version.cuda,
     )
-    probe = Probe()
-    report.checks += _guarded("idle", lambda: check_idle(torch, probe), torch)
-    report.checks += _guarded("torch tensor", lambda: check_torch_tensor(torch, probe, device), torch)
+    if life:
+        from profiler.selfcheck_life import free_memory_refusal
 
-    def nontorch() -> list[Check]:
+        refusal = free_memory_refusal(report.free_mib, device)
+        if refusal:
+            raise NotEnoughFreeMemory(refusal)
+    probe = Probe()
+    recorded: dict[str, Any] = {}
+
+    def run(name: str, read: Callable[[], Any]) -> None:
+        def fn() -> list[Check]:
+            r = read()
+            recorded[name] = readings_as_dict(r)
+            return _JUDGES[name](r)
+
+        report.checks.extend(_guarded(name, fn, torch))
+
+    run("idle", lambda: read_idle(torch, probe))
+    run("torch tensor", lambda: read_torch_tensor(torch, probe, device))
+    rt: CudaRuntime | None = None
+
+    def malloc() -> AllocReadings:
+        nonlocal rt
         rt = CudaRuntime(find_libcudart(), device)
         report.libcudart = f"{rt.path} (runtime {rt.version})"
-        return check_cuda_malloc(torch, probe, device, rt)
+        return read_cuda_malloc(torch, probe, rt)
 
-    report.checks += _guarded(f"cudaMalloc {NON_TORCH_ALLOC_MIB} MiB (non-torch)", nontorch, torch)
-    report.checks += _guarded("graph ladder", lambda: check_graph_ladder(torch, probe, device), torch)
-    report.checks += _guarded("peak reset", lambda: check_peak_reset(torch, probe, device), torch)
+    run("cudaMalloc", malloc)
+    run("graph ladder", lambda: read_graph_ladder(torch, probe, device))
+    run("peak reset", lambda: read_peak_reset(torch, probe, device))
+    report.readings[ATTRIBUTION] = recorded
+    if life:
+        _run_life(report, torch, device, rt, probe_dir)
+    report.elapsed_s = time.monotonic() - t0
     return report
 
 
-def run_selfcheck(json_out: bool = False, device: int = 0) -> int:
-    """`memfrac selfcheck`: prints the report (a table, or with json_out a JSON list of the checks) and returns
-    0 when every check passes, 1 when one fails, 2 when no CUDA device is visible (one line on stderr)."""
+def _run_life(report: SelfcheckReport, torch: Any, device: int, rt: CudaRuntime | None, probe_dir: Any) -> None:
+    """The worker life on this device, judged; its checks, ledger and readings join the report."""
+    from profiler.selfcheck_life import judge_life_dir, run_cuda_life
+
+    if rt is None:
+        report.checks.append(failed("worker life", "not run: no CUDA runtime library for its cudaMalloc", LIFE))
+        return
+    with contextlib.ExitStack() as stack:
+        d = Path(probe_dir) if probe_dir is not None else Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        d.mkdir(parents=True, exist_ok=True)
+        try:
+            truth = run_cuda_life(torch, device, rt, d)
+        except Exception as e:
+            report.checks.append(failed("worker life", f"could not run: {type(e).__name__}: {e}", LIFE))
+            return
+        finally:
+            with contextlib.suppress(Exception):
+                settle(torch)
+        res = judge_life_dir(d, truth)
+        report.checks += res.checks
+        report.ledger = res.ledger
+        report.readings[LIFE] = {"truth": truth.as_dict(), "probe_records": res.records}
+
+
+def run_selfcheck(json_out: bool = False, device: int = 0, probe_dir: str | None = None) -> int:
+    """`memfrac selfcheck`: prints the report (tables, or with json_out the JSON document) and returns 0 when
+    every check passes, 1 when one fails, 2 when no CUDA device is visible or the worker life cannot fit
+    (one line on stderr)."""
     why = cuda_unavailable_reason(device)
     if why:
         print(f"memfrac selfcheck: {why}; nothing to check", file=sys.stderr)
         return 2
-    report = selfcheck(device)
-    print(json.dumps(report.as_dicts(), indent=1) if json_out else render_text(report))
+    try:
+        report = selfcheck(device, probe_dir=probe_dir)
+    except MemfracError as e:
+        print(f"memfrac selfcheck: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(report.as_dict(), indent=1, default=str) if json_out else render_text(report))
     return 0 if report.passed else 1

@@ -351,6 +351,11 @@ class Recorder:
         )
 
     def flush_runtime(self) -> None:
-        """Write the last runtime peak (at exit)."""
+        """Write the last runtime peak (at exit). A flush is no batch: `batches` counts run_batch calls only."""
         if self._rt_base is not None:
-            self.runtime_sample(force=True)
+            t = time.perf_counter()
+            try:
+                self._rt_last = time.monotonic()
+                self._sample(self._rt_last, True)
+            finally:
+                self.self_s += time.perf_counter() - t

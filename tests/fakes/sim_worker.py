@@ -13,6 +13,7 @@ all, to read by eye).
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from profiler import selfcheck_life as life
 from profiler.measurement import Snapshot
 from profiler.probe import plugin
 from profiler.probe.recorder import Recorder
@@ -401,12 +403,140 @@ def eagle(out: Path) -> None:
     s.close()
 
 
-SCENARIOS: dict[str, Callable[[Path], None]] = {
+# ---------------------------------------------------------------------------------------------------------
+# The selfcheck worker life (profiler/selfcheck_life.py) on the simulated device: the same `drive_life`, the
+# same hooks and plan as the GPU run, so the same judge runs in CI. Footprints the plan leaves to the allocator
+# are chosen here (MiB): a forward's intermediates are 9 hidden-state rows of 2 KiB per row alive at once
+# (16,384 rows: 288), the prefill family's pool 144 + 2, the decode family's growth beyond it 260 + 2 + 2, each
+# graph executable 0.5 outside torch, the CUDA context 520.
+# ---------------------------------------------------------------------------------------------------------
+
+SIM_CONTEXT_MIB = 520.0
+SIM_EXEC_MIB = 0.5
+SIM_PREFILL_POOL = {8192: 144.0, 4096: 0.0, 2048: 0.0, 1024: 2.0}
+SIM_DECODE_POOL = {64: 260.0, 32: 0.0, 16: 2.0, 8: 0.0, 4: 0.0, 2: 2.0, 1: 0.0}
+SIM_PREFILL_TRANSIENT = 150.0
+SIM_SERVE_TRANSIENT = 2.0
+
+
+def _rows_transient(rows: int) -> float:
+    return 9 * rows * 2048 / 2**20
+
+
+class SimLife:
+    """`profiler.selfcheck_life.LifeDevice` on a SimDevice. `flaw` makes the life misbehave the way a worker (or
+    a regression) would, so each check can be shown to fire: weights_extra (64 MiB more inside the weights
+    window), kv_extra (a 400 MiB req_to_token pool beside the KV), a2a_unhooked (the buffer made behind the
+    deepep hook, as when its target fails to resolve), nccl_in_capture (a lazily made 64 MiB NCCL buffer inside
+    the first decode capture)."""
+
+    def __init__(self, sim: Sim, flaw: str = "") -> None:
+        self.s, self.dev, self.flaw = sim, sim.dev, flaw
+        self.prefill_pool: float | None = None
+        self.rungs: list[tuple[int, float | None]] = []
+        self.peak_free: float | None = None
+        self.a2a_made = False
+
+    def init_parallel(self) -> None:
+        self.dev.cuda_up = True
+        self.dev.raw_alloc(SIM_CONTEXT_MIB)
+
+    def free_gib(self, **_: Any) -> float:
+        return self.dev.free / 1024
+
+    def load_weights(self, _mr: Any) -> None:
+        self.dev.alloc(life.WEIGHTS_MIB)
+        if self.flaw == "weights_extra":
+            self.dev.raw_alloc(64.0)
+
+    def configure_kv(self, _cfg: Any) -> Any:
+        self.dev.alloc(life.KV_MIB + (400.0 if self.flaw == "kv_extra" else 0.0))
+        pool = SimpleNamespace(mem_usage=life.KV_MIB / 1024, dtype="torch.bfloat16")
+        tokens = life.KV_MIB * 2**20 // life.KV_BYTES_PER_TOKEN
+        return SimpleNamespace(max_total_num_tokens=tokens, token_to_kv_pool=pool, max_running_requests=256)
+
+    def eager_runner(self, _runner: Any, _mr: Any) -> None:
+        self.dev.alloc(life.EAGER_STATIC_MIB)
+        self.dev.transient(_rows_transient(life.MAX_ROWS))
+
+    def _capture(self, grow: float) -> None:
+        self.dev.empty_cache()  # torch.cuda.graph.__enter__
+        self.dev.graph_pool(grow)
+        self.dev.raw_alloc(SIM_EXEC_MIB)
+
+    def capture_prefill(self, *, model_runner: Any, eager_runner: Any) -> None:
+        self.dev.empty_cache()
+        self.dev.transient(life.PREFILL_WARMUP_MIB + SIM_PREFILL_TRANSIENT)
+        self.dev.empty_cache()
+        self.s.rec.probe._torch.cuda.reset_peak_memory_stats()  # GraphPoolPrecarve.measure (guarded or not)
+        for n in life.PREFILL_TOKENS:
+            self._capture(SIM_PREFILL_POOL[n])
+        self.prefill_pool = self.dev.pool
+        self.dev.empty_cache()
+
+    def decode_begin(self) -> None:
+        self.dev.empty_cache()
+
+    def capture_one_shape(self, _runner: Any, bs: int, forward: Callable[[], Any]) -> None:
+        if self.flaw != "a2a_unhooked":
+            forward()
+        elif not self.a2a_made:  # made once, behind the hook's back
+            self.dev.raw_alloc(life.A2A_MIB)
+            self.a2a_made = True
+        if self.flaw == "nccl_in_capture" and bs == life.DECODE_BS[0]:
+            self.dev.raw_alloc(64.0)
+        self.dev.transient(_rows_transient(bs * life.ROWS_PER_BS))
+        self._capture(SIM_DECODE_POOL[bs])
+        self.rungs.append((bs, self.dev.pool))
+
+    def decode_end(self) -> None:
+        self.dev.empty_cache()
+
+    def a2a_buffer(self, state: Any, *_: Any) -> Any:
+        if state.buffer is None:
+            self.dev.raw_alloc(life.A2A_MIB)
+            state.buffer = object()
+        return state.buffer
+
+    def run_batch(self, _scheduler: Any, batch: Any) -> None:
+        mib = batch.act_mib + SIM_SERVE_TRANSIENT
+        self.dev.alloc(mib)
+        if batch.index == 0:
+            self.peak_free = self.dev.free
+        self.dev.release(mib)
+
+    def truth(self) -> life.LifeTruth:
+        return life.plan_truth(
+            prefill_pool_mib=self.prefill_pool,
+            decode_rungs=tuple(self.rungs),
+            serving_peak_free_mib=self.peak_free,
+            prefill_transient_mib=SIM_PREFILL_TRANSIENT,
+            serve_transient_mib=SIM_SERVE_TRANSIENT,
+            graph_exec_mib=life.N_GRAPHS * SIM_EXEC_MIB,
+        )
+
+
+def selfcheck_life(out: Path, flaw: str = "", guard: bool = True) -> life.LifeTruth:
+    """The selfcheck worker life on the simulated device; writes probe-6001.jsonl and truth.json to `out`.
+    `guard=False`: without the recorder's guard around torch's peak reset (sglang's resets clobber windows)."""
+    s = Sim(out, 6001)
+    if not guard:
+        s.rec.probe._torch.cuda.reset_peak_memory_stats = s.dev.reset_peak_memory_stats
+    dev = SimLife(s, flaw)
+    life.drive_life(s.rec, dev)
+    s.close()
+    truth = dev.truth()
+    (out / "truth.json").write_text(json.dumps(truth.as_dict()))
+    return truth
+
+
+SCENARIOS: dict[str, Callable[[Path], Any]] = {
     "unified": unified,
     "decode": decode,
     "decode-deepep": lambda out: decode(out, deepep=True),
     "prefill": prefill,
     "eagle": eagle,
+    "selfcheck": selfcheck_life,
 }
 
 
