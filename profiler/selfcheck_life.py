@@ -942,6 +942,6 @@ def run_cuda_life(torch: Any, device: int, rt: Any, probe_dir: Path) -> LifeTrut
         return life.truth()
     finally:
         torch.cuda.reset_peak_memory_stats = original
-        if rec is not None and rec._f is not None:
-            rec._f.close()
+        if rec is not None:
+            rec.close()
         life.release()

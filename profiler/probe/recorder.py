@@ -350,6 +350,13 @@ class Recorder:
             }
         )
 
+    def close(self) -> None:
+        """Close the file (a worker never needs to: its records are flushed one by one; tests and selfcheck do)."""
+        with self._lock:
+            if self._f is not None:
+                self._f.close()
+                self._f = None
+
     def flush_runtime(self) -> None:
         """Write the last runtime peak (at exit). A flush is no batch: `batches` counts run_batch calls only."""
         if self._rt_base is not None:

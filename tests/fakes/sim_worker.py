@@ -179,8 +179,7 @@ class Sim:
         return self.hook(kind, phase)(body, *args, **kwargs)
 
     def close(self) -> None:
-        if self.rec._f is not None:
-            self.rec._f.close()
+        self.rec.close()
 
     # --- the startup steps ------------------------------------------------------------------------------
     def init_parallel(self, context_mib: float = 520.0, nccl_mib: float = 280.0) -> None:
