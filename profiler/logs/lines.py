@@ -24,7 +24,8 @@ MAX_LINE_BYTES = 1 << 20  # a longer "line" (no newline at all) is cut so memory
 _KEYWORDS = re.compile(
     r"G(?:B|iB)|MiB|KiB|KV |Captur|_(?:total_num_tokens=|size=)|Use sliding|Use Sliding|Post-capture|"
     r"Traceback|E(?:rror|xception)|CUDA |HIP out|OutOfMemory|Not enough memory|Loaded weights|"
-    r"S(?:chedul|erverArgs\(|ubprocess)|Rank |Received sigquit|F(?:orC|ile \"|ound local HF)|\\\n"
+    r"S(?:chedul|erverArgs\(|ubprocess)|Rank |Received sigquit|Registering |F(?:orC|ile \"|ound local HF)|"
+    r"#(?:running-req|retracted)|\\\n"
 )  # literals only: a character class anywhere in it makes `re` scan ~5x slower
 # Rank tags of every line ("[… DP0 TP0 EP0] "), looked for near the start only: a rank that logs no memory
 # line still exists; once RANK_DISCOVERY_BYTES in a row bring no new label, stop looking (speed).
@@ -34,6 +35,9 @@ _LITERALS = (
     "sglang",
     "launch_server",
     "server_args={",
+    "sgl-dev",  # rocm/sgl-dev:v0.5.8.post1-… image tags (the release that wrote the log)
+    '"version"',  # server_info dumps
+    "profiled value",  # "max_total_tokens=… is larger than the profiled value -561981": a negative KV budget
 )  # lowercase keywords: found with str.find, cheaper than in the regex
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 
