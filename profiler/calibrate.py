@@ -46,7 +46,7 @@ FLOOR_MIB = 10 * 1024.0
 #: Terms sglang sums before the floor, and the ones it adds after it.
 PRE_FLOOR = ("constant", "activation", "parallel", "decode_graph", "dp_padding", "prefill_graph", "prefill_bcg_deepep")
 POST_FLOOR = ("deepep_a2a", "speculative", "xpu")
-_BAD_RUN = ("oom_during_capture", "oom_startup", "oom_runtime", "failed")
+_BAD_RUN = ("oom_during_capture", "oom_startup", "oom_runtime", "failed", "incomplete")
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,10 +27,12 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from profiler.errors import MemfracError
 from profiler.heuristic import Reservation
 from profiler.heuristic.record import TERM_NAMES
 from profiler.measurement import Measurement, Phase, Rank
 from profiler.verdict import TIGHT_MIB, run_verdict
+from profiler.verdict import runtime_need as verdict_need
 
 #: Default safety margin added to what was used when recommending a fraction.
 DEFAULT_MARGIN_MIB = 1024.0
@@ -377,7 +379,7 @@ def compare(
     if used is not None and start and runtime_need is not None:
         need = used + (0.0 if runtime is not None else runtime_need) + margin_mib
         rec = math.floor((1 - need / start) * 1000) / 1000
-    verdict, reason = run_verdict(m, worst, used, end_startup)
+    verdict, reason = run_verdict(m, worst, used, end_startup, verdict_need(m, res))
     return Comparison(
         measurement_id=m.id,
         scenario=m.scenario,
@@ -429,43 +431,30 @@ def _ladder(r: Rank | None) -> tuple[tuple[int, float], ...]:
 def reservation_for(m: Measurement, scenario: Any = None) -> tuple[Reservation | None, list[str]]:
     """The reservation sglang made for the run, and notes on how it was reconstructed.
 
-    A `memfrac run` has its scenario; a log has the server_args it printed (resolved values; the fraction
-    it used is the one printed, auto-derived or given). The rules follow the sglang release when known.
+    A `memfrac run` has its scenario and the release it ran. A log is judged with the rules of the release
+    that wrote it, or with every rule set its release range allows (`profiler.logs.reserve`: the one
+    returned here is named in the notes, the others in `log_reservation`); never silently with the newest.
     """
-    from profiler.errors import MemfracError
-    from profiler.heuristic import DEFAULT_RULES, inputs_from_args, inputs_from_scenario, reserve, rules_for
+    from profiler.heuristic import DEFAULT_RULES, inputs_from_scenario, reserve, rules_for
 
     notes: list[str] = []
+    if scenario is None:
+        from profiler.logs.reserve import log_reservation
+
+        lr = log_reservation(m)
+        notes.append(f"rules: {lr.rules} — {lr.rules_why}")
+        notes.extend(lr.notes)
+        return lr.headline, notes
     version = m.identity.sglang_version
-    rules = DEFAULT_RULES
     if version:
         try:
-            rules = rules_for(version)
+            return reserve(inputs_from_scenario(scenario), rules_for(version)), notes
         except MemfracError as e:
             notes.append(f"heuristic terms not computed: {e}")
             return None, notes
-    else:
-        notes.append(f"sglang release unknown: terms computed with the {DEFAULT_RULES.name} rules")
-    if scenario is not None:
-        return reserve(inputs_from_scenario(scenario), rules), notes
-    if not m.args:
-        notes.append("no server arguments recovered: terms not computed")
-        return None, notes
-    gpu = m.identity.gpu_total_mib
-    if gpu is None:
-        notes.append("GPU capacity unknown: terms computed without the GPU-size defaults")
-    elif m.identity.gpu_total_how.startswith("oom"):
-        notes.append("GPU capacity from the OOM message is torch's total, ~0.6% under nvidia-smi's")
-    inp = inputs_from_args(
-        m.args, gpu_mem_mib=int(gpu) if gpu else None, architecture=m.identity.architecture, mode=m.identity.mode
-    )
-    r = reserve(inp, rules)
-    if inp.mem_fraction_static is not None and abs(r.heuristic_fraction - inp.mem_fraction_static) > 1e-9:
-        notes.append(
-            f"printed mem_fraction_static {inp.mem_fraction_static} differs from the {rules.name} rule's "
-            f"{r.heuristic_fraction:.3f}: given by the user, or another release's rule"
-        )
-    return r, notes
+    notes.append(f"sglang release of this run not recorded: terms computed with the {DEFAULT_RULES.name} rules "
+                 "(the newest modelled)")  # fmt: skip
+    return reserve(inputs_from_scenario(scenario), DEFAULT_RULES), notes
 
 
 def ladder_graph_estimate(ladder: tuple[tuple[int, float], ...], max_bs: int) -> float | None:
