@@ -18,7 +18,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from profiler.errors import MemfracError
-from profiler.heuristic import TERM_NAMES, Reservation, RuleSet, inputs_from_args, reserve, rules_for
+from profiler.heuristic import (
+    DEFAULT_RULES,
+    TERM_NAMES,
+    Reservation,
+    RuleSet,
+    inputs_from_args,
+    reserve,
+    rules_for,
+)
 from profiler.logs import formats
 from profiler.logs.printed import RESOLVED_AFTER_HEURISTIC
 from profiler.measurement import Measurement
@@ -55,6 +63,7 @@ class LogReservation:
     mfs_origin: str = "unknown"
     mfs_how: str = ""
     notes: tuple[str, ...] = field(default=())
+    estimate: Reservation | None = None  # the newest rules' reservation, for the activation yardstick only
 
     @property
     def reserved_mib_range(self) -> tuple[float, float] | None:
@@ -68,20 +77,32 @@ class LogReservation:
         return (min(vals), max(vals)) if vals else None
 
     def activation_mib(self) -> tuple[float, str] | None:
-        """The heuristic's activation reserve (the largest over candidates) and what it rests on."""
-        cands = [c for c in self.candidates if c.res.term_on[TERM_NAMES.index("activation")]]
-        if not cands:
+        """The heuristic's activation reserve (the largest over candidates) and what it rests on. When no
+        candidate has that term (rules that are one formula, post-capture sizing, or no modelled rules), the
+        newest rules' activation term for the same inputs stands in, and the basis says so."""
+        on = TERM_NAMES.index("activation")
+        cands = [c for c in self.candidates if c.res.term_on[on]]
+        if cands:
+            best = max(cands, key=lambda c: c.res.mib("activation"))
+            rs = "" if len(self.candidates) == 1 else f", largest over {len(self.candidates)} candidates"
+            return best.res.mib("activation"), f"{best.rule_set.name} rules, {_basis(best.res, best.fallback)}{rs}"
+        est = self.estimate
+        if est is None or not est.term_on[on]:
             return None
-        best = max(cands, key=lambda c: c.res.mib("activation"))
-        inp = best.res.inputs
-        basis = (f"chunked_prefill_size {inp.chunked_prefill_size}" if inp.chunked_prefill_size is not None
-                 else "the GPU-size default chunk")  # fmt: skip
-        if inp.mode == "decode":
-            basis = "decode batch sizing"
-        rs = "" if len(self.candidates) == 1 else f", largest over {len(self.candidates)} candidates"
-        if best.fallback:
-            rs += ", GPU size unknown: the heuristic's fallback defaults"
-        return best.res.mib("activation"), f"{best.rule_set.name} rules, {basis}{rs}"
+        which = "no candidate rule set has an activation term" if self.candidates else "no modelled rules"
+        fallback = "gpu_mem_unknown" in est.flags
+        return est.mib("activation"), f"{est.rules} rules' activation term ({which}), {_basis(est, fallback)}"
+
+
+def _basis(res: Reservation, fallback: bool) -> str:
+    inp = res.inputs
+    if inp.mode == "decode":
+        basis = "decode batch sizing"
+    elif inp.chunked_prefill_size is not None:
+        basis = f"chunked_prefill_size {inp.chunked_prefill_size}"
+    else:
+        basis = "the GPU-size default chunk"
+    return basis + (", GPU size unknown: the heuristic's fallback defaults" if fallback else "")
 
 
 def _versions_between(first: str | None, last: str | None) -> list[str]:
@@ -151,14 +172,17 @@ def log_reservation(m: Measurement) -> LogReservation:
         rel_how = ident.sglang_how
     groups, missing = _rule_sets(versions)
     base = _base(m, rel_how)
+    caps, cap_how = _capacities(m)
+    args, filled = heuristic_args(m)
+    est_inp = inputs_from_args(args, gpu_mem_mib=max((c for c in caps if c), default=None),
+                               architecture=ident.architecture, mode=ident.mode)  # fmt: skip
+    estimate = reserve(est_inp._replace(mem_fraction_static=m.mfs), DEFAULT_RULES)
     if not groups:
         why = ("no modelled rule set: " + _versions_label(missing) + " " + ("is" if len(missing) == 1 else "are")
                + " not modelled by this memfrac")  # fmt: skip
-        return LogReservation("none", why, **base, headline=None, **_fraction_of(m))
+        return LogReservation("none", why, **base, headline=None, **_fraction_of(m), estimate=estimate)
     if missing:
         notes.append(f"releases in the range without a modelled rule set (left out): {_versions_label(missing)}")
-    caps, cap_how = _capacities(m)
-    args, filled = heuristic_args(m)
     notes.extend(filled)
     if not m.args:
         notes.append("no server arguments in the text (no server_args, command or scheduler line): the "
@@ -193,7 +217,7 @@ def log_reservation(m: Measurement) -> LogReservation:
     label = _label(cands) + (f" (+{len(missing)} releases not modelled)" if missing else "")
     why = _why(ident.sglang_version, rel_how, cands, headline, cap_how) + narrowed
     return LogReservation(label, why, **base, headline=headline.res if headline else None, candidates=tuple(cands),
-                          mfs=mfs, mfs_origin=origin, mfs_how=how, notes=tuple(notes))  # fmt: skip
+                          mfs=mfs, mfs_origin=origin, mfs_how=how, notes=tuple(notes), estimate=estimate)  # fmt: skip
 
 
 def _base(m: Measurement, rel_how: str) -> dict:
