@@ -38,6 +38,7 @@ _LITERALS = (
     "sgl-dev",  # rocm/sgl-dev:v0.5.8.post1-… image tags (the release that wrote the log)
     '"version"',  # server_info dumps
     "profiled value",  # "max_total_tokens=… is larger than the profiled value -561981": a negative KV budget
+    "ready to roll",  # "The server is fired up and ready to roll!": startup finished
 )  # lowercase keywords: found with str.find, cheaper than in the regex
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 
