@@ -21,6 +21,7 @@ from typing import Any
 from profiler.compare import Comparison, compare, rank_figures, worst_rank
 from profiler.errors import MemfracError
 from profiler.logs import LOG_SUFFIXES, parse_log
+from profiler.logs.patterns import GRAPH_PHASES
 from profiler.logs.reserve import LogReservation, log_reservation
 from profiler.measurement import Measurement, Rank
 from profiler.store import RunContext
@@ -277,7 +278,9 @@ def qualifiers(m: Measurement, c: Comparison, lr: LogReservation | None, tokens_
     """The notes a reader needs before trusting a figure of this row."""
     q: list[str] = []
     if m.mfs_origin == "implied":
-        q.append("mfs implied from the KV budget" + (" (a lower bound)" if "lower bound" in m.mfs_how else ""))
+        bound = " (a lower bound)" if "a lower bound" in m.mfs_how else ""
+        bound = " (an upper bound)" if "upper bound" in m.mfs_how else bound
+        q.append("mfs implied from the KV budget" + bound)
     elif m.mfs_origin == "auto" and m.mfs_how.startswith("computed"):
         q.append("mfs computed with the release's rules (not printed)")
     if m.identity.gpu_total_how.startswith(("first avail", "avail mem after")):
@@ -297,6 +300,8 @@ def qualifiers(m: Measurement, c: Comparison, lr: LogReservation | None, tokens_
         q.append("kv tokens from the ready line (the pool line does not print them)")
     if m.startup == "incomplete" and c.headroom_mib is not None:
         q.append("headroom is the last reading before the text ends, not the end of startup")
+    elif m.startup == "finished" and any(p.name in GRAPH_PHASES and p.after is None for r in m.ranks for p in r.phases):
+        q.append("a capture's end is not in the text: headroom is the last reading before it (an upper bound)")
     return q
 
 
@@ -325,6 +330,8 @@ def render_table(rows: list[IngestRow]) -> str:
         par = "/".join("—" if x is None else str(x) for x in (r.tp, r.dp, r.ep))
         model = (r.model or r.architecture or "?").rsplit("/", 1)[-1][:28]
         gpu = r.gpu or (f"{r.gpu_total_mib / 1024:.0f}GiB?" if r.gpu_total_mib else "?")
+        if r.gpu and r.gpu_how.startswith(("first avail", "avail mem after")):
+            gpu += "?"  # inferred from the free memory at load, not named by the log
         mfs = "—" if r.mfs is None else f"{r.mfs:.3f} ({r.mfs_origin})"
         body.append([f"{r.file}#{r.run}", r.rank or "-", model, gpu, r.mode or "?", par, r.release or "?", r.rules,
                      mfs, _reserved(r), _gib(r.weights_mib), _gib(r.kv_mib), _gib(r.graph_mib), _gib(r.headroom_mib),

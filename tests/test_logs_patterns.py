@@ -448,3 +448,13 @@ def test_unknown_memory_line_is_not_classified_but_looks_like_memory() -> None:
     assert classify(msg) is None
     assert MEMORYISH.search(msg)
     assert not MEMORYISH.search("#parameters (analytical): 243.74 B, #parameters (actual): 269.56 B")
+
+
+def test_prose_about_the_kv_cache_is_not_a_memory_line() -> None:
+    # vllm-21348_sglang-part.log line 6 (the issue author's words)
+    assert not MEMORYISH.search("Seems like the KV Cache memory is almost **2x** for SGLang compared to vLLM.")
+    assert MEMORYISH.search("KV Cache is allocated. #tokens: 12, something new")
+
+
+def test_tqdm_frame_cut_before_its_numbers() -> None:
+    assert classify("Capturing batches") is KNOWN  # ktransformers-1854.log line 29 (the excerpt ends there)

@@ -66,6 +66,7 @@ class _Run:
         "cmd",
         "cues",
         "device_hint",
+        "fired_line",
         "first_line",
         "floating",
         "formats",
@@ -89,6 +90,7 @@ class _Run:
         self.server_args: ServerArgsRepr | None = None
         self.cmd: LaunchCommand | None = None
         self.ready_line: int | None = None
+        self.fired_line: int | None = None  # "The server is fired up and ready to roll!"
         self.first_line: int | None = None
         self.last_line: int | None = None
         self.floating: FailureState | None = None  # failure lines seen before any rank
@@ -252,6 +254,11 @@ class LogBuilder:
         if kind == "registered":
             self._registered(lineno, label, ev)
             return
+        if kind == "fired":
+            self._run.touch(lineno)
+            if self._run.fired_line is None:
+                self._run.fired_line = lineno
+            return
         if kind == "mode":
             if self._run.mode_hint is None:
                 self._run.mode_hint = (ev.details["mode"], lineno)  # type: ignore[index]
@@ -281,6 +288,8 @@ class LogBuilder:
             self._ladder(lineno, ev)
             return
         key = f"{date or ''} {hms}" if hms else None
+        if not label and len(self._run.ranks) == 1 and "" not in self._run.ranks:
+            label = next(iter(self._run.ranks))  # an untagged line in a one-rank log (a bare ready line) is its
         rs = self._rank_for_phase(lineno, label or "", key, ev)
         self._run.touch(lineno)
         self._last_label = rs.rank.label
@@ -644,6 +653,7 @@ class LogBuilder:
             self._continuation(self._cont[-1][0], "")
         runs = [r for r in self._runs if r.first_line is not None or r.ranks or r.m.unparsed_memory_lines]
         # (a run with nothing seen is e.g. the placeholder before the first command)
+        runs = _merge_quoted(runs)
         self._assign_cues(runs)
         out = []
         for run in runs:
@@ -710,6 +720,39 @@ class LogBuilder:
                 bad_args=fs.bad_args,
             )
             rs.rank.failure = f
+
+
+def _merge_quoted(runs: list[_Run]) -> list[_Run]:
+    """A quoted excerpt — lines without timestamps or rank tags, no command, no server_args — followed by a
+    run that is only a launch command: one run, the command that produced the quoted lines (issue posts quote
+    the log, then the command they ran). Said in the notes."""
+    out: list[_Run] = []
+    for run in runs:
+        prev = out[-1] if out else None
+        if (
+            prev is not None
+            and prev.cmd is None
+            and prev.server_args is None
+            and run.cmd is not None
+            and run.server_args is None
+            and not run.has_phases()
+            and set(prev.ranks) <= {""}
+            and not _timed(prev)
+        ):
+            prev.cmd = run.cmd
+            prev.last_line = max(prev.last_line or 0, run.last_line or 0)
+            prev.m.notes.append(
+                f"launch command at line {run.first_line} taken as the one that produced the quoted lines before it "
+                "(no timestamps, no rank tags, no other start between them)"
+            )
+            continue
+        out.append(run)
+    return out
+
+
+def _timed(run: _Run) -> bool:
+    snaps = [s for rs in run.ranks.values() for p in rs.rank.phases for s in (p.before, p.after) if s is not None]
+    return any(s.t is not None for s in snaps)
 
 
 def _second_pool(ph: Phase, d: dict) -> bool:

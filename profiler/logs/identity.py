@@ -110,7 +110,7 @@ def finalize_run(run: _Run) -> Measurement:
     _identity(run, m)
     _release(run, m)
     _fraction(run, m)
-    m.startup, m.startup_seen = startup_state(m, run.ready_line)
+    m.startup, m.startup_seen = startup_state(m, run.ready_line, run.fired_line)
     return m
 
 
@@ -186,13 +186,16 @@ def _fraction(run: _Run, m: Measurement) -> None:
             f = Fraction(None, "unknown", why)
     elif imp is not None and imp.value is not None and f.value is not None:
         tol = (imp.plus_minus or 0.0) + 0.0005
-        if (imp.lower_bound and f.value + tol >= imp.value) or abs(f.value - imp.value) <= tol:
+        lower_ok = imp.bound == "lower" and f.value + tol >= imp.value
+        upper_ok = imp.bound == "upper" and f.value <= imp.value + tol
+        bounded = lower_ok or upper_ok
+        if bounded or abs(f.value - imp.value) <= tol:
             f = f._replace(how=f.how + f"; the KV budget agrees ({imp.how})")
         else:
             m.notes.append(f"printed mem_fraction_static {f.value} differs from the one the KV budget implies "
                            f"({imp.how})")  # fmt: skip
     m.mfs, m.mfs_origin, m.mfs_how = f.value, f.origin, f.how
-    m.mfs_plus_minus = f.plus_minus if f.origin == "implied" and not f.lower_bound else None
+    m.mfs_plus_minus = f.plus_minus if f.origin == "implied" and not f.bound else None
     if f.value is not None and "mem_fraction_static" not in m.args_from:
         m.args_from["mem_fraction_static"] = f.how
 

@@ -38,8 +38,10 @@ _KNOWN_OTHER = re.compile(
     r"Capture Frozen-KV|LoRA adapter|Update (?:engine )?weights|"
     r"is less than required memory \S+ for warmup"
 )
-# A line "looks like a memory line" when it has one of these and matched nothing (brief §5).
-MEMORYISH = re.compile(r"avail[ _]mem|mem usage| GB\b|\dGB\b|KV Cache|Capture |Capturing |out of memory")
+# A line "looks like a memory line" when it has one of these and matched nothing (brief §5). "KV Cache" alone
+# is not enough: prose quoting a log says it too ("the KV Cache memory is almost 2x …"); a pool line prints a
+# size in GB or its #tokens.
+MEMORYISH = re.compile(r"avail[ _]mem|mem usage| GB\b|\dGB\b|KV Cache.*#tokens|Capture |Capturing |out of memory")
 
 _F = r"(-?\d+(?:\.\d+)?)"
 _FIELD = re.compile(
@@ -170,6 +172,9 @@ def _num(d: dict[str, str], key: str) -> float | None:
 
 
 def _int_list(text: str) -> list[int] | None:
+    """A printed list of ints; None when the text is cut before its "]" (its largest size is then unknown)."""
+    if "]" not in text:
+        return None
     body = text.strip().lstrip("[").split("]", 1)[0]
     out = []
     for part in body.split(","):
@@ -208,6 +213,8 @@ def _max(msg: str) -> Event | None:
 
 
 def _the(msg: str) -> Event | None:
+    if msg.startswith("The server is fired up and ready to roll"):
+        return Event("fired")  # the HTTP server after its warmup request: startup finished (every release)
     m = _KT_BUDGET.match(msg)
     return None if m is None else Event("note", "kv_pool", details={"budget_gib": float(m.group(1))})
 
@@ -433,10 +440,14 @@ def _capture(msg: str) -> Event | None:
     return Event(kind, phase, _num(f, "avail mem"), _num(f, "mem usage"), elapsed, det)
 
 
+_CUT_TQDM = ("Capturing batches", "Capturing num tokens", "Capturing prefill shape")
+
+
 def _capturing(msg: str) -> Event | None:
     m = _TQDM.match(msg)
     if m is None:
-        return None
+        # a tqdm frame cut before its numbers (ktransformers-1854.log ends on a bare "Capturing batches")
+        return KNOWN if msg.rstrip() in _CUT_TQDM else None
     phase = "decode_graph" if m.group("what") == "batches" else "prefill_graph"
     det: dict[str, Any] = {"bs": int(m.group("bs")) if m.group("bs") else None}
     if m.group("n") is not None:

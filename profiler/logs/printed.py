@@ -115,7 +115,7 @@ class Fraction(NamedTuple):
     origin: str  # given | auto | implied | unknown
     how: str
     plus_minus: float | None = None  # implied: uncertainty from the 0.01 GB printing
-    lower_bound: bool = False  # implied from a pool that may have been capped
+    bound: str = ""  # "lower": from a pool that may have been capped; "upper": from the free memory after it
 
 
 def printed_fraction(m: Measurement, has_command: bool, command_sets_it: bool) -> Fraction | None:
@@ -150,18 +150,18 @@ def implied_fraction(m: Measurement) -> Fraction | None:
 def _implied_on(m: Measurement, r: Rank) -> Fraction | None:
     w = r.phase("weights")
     kv = r.phase("kv_pool")
-    if w is None or kv is None or w.after is None or w.after.free_mib is None:
+    if w is None or kv is None:
         return None
-    after = w.after.free_mib / GIB
     start, d_start, start_how = _free_at_start(r, w)
     if start is None or start <= 0:
         return None
     budget, d_budget, budget_how, capped = _budget(m, kv)
-    if budget is None:
-        return None
+    label = f"rank '{r.label}'" if r.label else "the worker"
+    if budget is None or w.after is None or w.after.free_mib is None:
+        return _upper_bound(kv, start, start_how, label)
+    after = w.after.free_mib / GIB
     frac = 1 - (after - budget) / start
     err = (PRINT_GIB + d_budget) / start + abs(after - budget) * d_start / start**2
-    label = f"rank '{r.label}'" if r.label else "the worker"
     arith = (f"1 − (avail after weights {after:.2f} − {budget_how} {budget:.2f}) / free at start "
              f"{start:.2f} ({start_how}) = {frac:.3f} ± {err:.3f}, on {label}")  # fmt: skip
     if frac > 1 + err or frac <= 0:
@@ -172,7 +172,22 @@ def _implied_on(m: Measurement, r: Rank) -> Fraction | None:
     how = f"implied: {arith}"
     if capped:
         how += f"; a lower bound ({capped})"
-    return Fraction(round(frac, 3), "implied", how, round(err, 4), bool(capped))
+    return Fraction(round(frac, 3), "implied", how, round(err, 4), "lower" if capped else "")
+
+
+def _upper_bound(kv: Phase, start: float, start_how: str, label: str) -> Fraction | None:
+    """No pool size printed: the free memory right after the pool is start × (1 − mfs) less whatever else the
+    pool step allocated, so 1 − pool_end / start is at least the fraction (an upper bound)."""
+    if kv.after is None or kv.after.free_mib is None:
+        return None
+    end = kv.after.free_mib / GIB
+    frac = 1 - end / start
+    if frac < MIN_IMPLIED or frac > 1:
+        return None
+    how = (f"implied upper bound: 1 − free after the KV pool {end:.2f} / free at start {start:.2f} ({start_how}) "
+           f"= {frac:.3f}, on {label} (no pool size printed; anything else the pool step allocated lowers "
+           "it)")  # fmt: skip
+    return Fraction(round(frac, 3), "implied", how, None, "upper")
 
 
 def _free_at_start(r: Rank, w: Phase) -> tuple[float | None, float, str]:

@@ -237,8 +237,8 @@ def _fraction_of(m: Measurement) -> dict:
 
 def _matching(cands: list[Candidate], m: Measurement) -> list[Candidate] | None:
     """Candidates whose auto fraction equals the run's (None when the comparison says nothing)."""
-    if m.mfs is None or m.mfs_origin == "given":
-        return None
+    if m.mfs is None or m.mfs_origin == "given" or (m.mfs_origin == "implied" and m.mfs_plus_minus is None):
+        return None  # given: nothing to reproduce; a bound: it narrows nothing
     usable = [c for c in cands if not c.fallback and c.gpu_mib is not None]
     if not usable or m.identity.gpu_total_how.startswith("oom"):
         return None
@@ -247,7 +247,7 @@ def _matching(cands: list[Candidate], m: Measurement) -> list[Candidate] | None:
 
 
 def _implied_tol(m: Measurement) -> float:
-    if m.mfs_plus_minus is None:  # a lower bound: it narrows nothing
+    if m.mfs_plus_minus is None:  # a bound: it narrows nothing
         return 1.0
     return m.mfs_plus_minus
 

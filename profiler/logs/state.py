@@ -5,8 +5,9 @@ phase's free memory read. Excerpts are cut anywhere (mid-capture, right after th
 abort without a readable exception; sglang can profile a negative KV budget. Each of these has its own
 state, and the verdict (`profiler.verdict`) reads it first.
 
-- finished: a ready line (`max_total_num_tokens=… available_gpu_mem=…`), serving traffic, or every capture
-  that began has ended (then the ready line is simply not in the text, and the reason says so).
+- finished: a ready line (`max_total_num_tokens=… available_gpu_mem=…`), "The server is fired up and ready
+  to roll!", serving traffic, or every capture that began has ended (then the ready line is simply not in
+  the text, and the reason says so).
 - aborted: a capture context closed having registered no graph ("Registering 0 cuda graph addresses", the
   custom all-reduce's exit message) and the capture never ended.
 - no_kv: sglang profiled a KV budget of zero tokens or fewer ("max_total_tokens=… is larger than the profiled
@@ -22,7 +23,7 @@ from profiler.measurement import Measurement, Phase, Rank
 _GIB = 1024.0
 
 
-def startup_state(m: Measurement, ready_line: int | None) -> tuple[str, str]:
+def startup_state(m: Measurement, ready_line: int | None, fired_line: int | None = None) -> tuple[str, str]:
     """(state, what was seen) for one run of a log."""
     ranks = [r for r in m.ranks if r.phases]
     no_kv = [(r, p) for r in ranks for p in r.phases_named("kv_pool") if _budget_not_positive(p)]
@@ -44,6 +45,8 @@ def startup_state(m: Measurement, ready_line: int | None) -> tuple[str, str]:
         )
     if ready_line is not None:
         return "finished", f"startup finished (ready line at line {ready_line})"
+    if fired_line is not None:
+        return "finished", f"startup finished ('The server is fired up' at line {fired_line})"
     if m.serving.get("batches"):
         first = m.serving.get("first_line")
         return "finished", f"serving traffic from line {first} (the ready line is not in the text)"
