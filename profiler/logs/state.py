@@ -61,14 +61,14 @@ def startup_state(m: Measurement, ready_line: int | None, fired_line: int | None
         return "finished", (
             f"startup seen through the end of {p.name} capture (line {p.line}); the ready line is not in the text"
         )
-    if open_graphs:
-        r, p = max(open_graphs, key=lambda rp: rp[1].line or 0)
+    if open_graphs:  # the rank whose lines show the most of it (TP0 prints the bs list and the tqdm bar)
+        r, p = max(open_graphs, key=lambda rp: (bool(rp[1].ladder or rp[1].details.get("progress")), rp[1].line or 0))
         return "incomplete", f"{p.name} capture in progress on {_who(r)} when the text ends ({_where(p)})"
     last = max(((r, p) for r in ranks for p in r.phases), key=lambda rp: rp[1].line or 0, default=None)
     if last is None:
         return "incomplete", "no startup phase in the text"
     r, p = last
-    return "incomplete", f"the text ends after {p.name} on {_who(r)} (line {p.line}): startup not finished"
+    return "incomplete", f"the text ends at line {m.last_line}, after {p.name} on {_who(r)}: startup not finished"
 
 
 def _all_captured(p: Phase) -> bool:
