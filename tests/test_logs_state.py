@@ -112,7 +112,7 @@ def test_serving_traffic_finishes_startup_and_is_counted() -> None:
 def test_excerpt_that_stops_after_the_pool() -> None:
     (m,) = parse_log(KIMI[:3])
     assert m.startup == "incomplete"
-    assert m.startup_seen == "the text ends after kv_pool on rank 'TP0' (line 2): startup not finished"
+    assert m.startup_seen == "the text ends at line 3, after kv_pool on rank 'TP0': startup not finished"
 
 
 # ---- the fraction ---------------------------------------------------------------------------------------
@@ -286,3 +286,20 @@ def test_gpu_named_by_a_kernel_config_path() -> None:
     ])  # fmt: skip
     assert (m.identity.gpu_name, m.identity.gpu_total_mib) == ("H100-80GB", 81559.0)
     assert m.identity.gpu_total_how == "device_name 'NVIDIA H100 80GB HBM3' at line 2 (a kernel-config path)"
+
+
+def test_every_bundled_gpu_cites_its_nvidia_smi_source() -> None:
+    from profiler.gpus import SOURCES, known_gpus
+
+    assert {g.name for g in known_gpus()} == set(SOURCES)
+    assert all(SOURCES[g.name] for g in known_gpus())
+
+
+def test_a_larger_part_than_the_b300_is_not_called_a_b300() -> None:
+    # a public log (search-index file id 54815375998): "Load weight begin. avail mem=275.75 GB" after init
+    # used 0.10 GB — 275.85 GiB, more than a B300 SXM6 AC's 275040 MiB (268.59 GiB): not a B300, and not guessed
+    (m,) = parse_log([
+        "[2026-05-24 00:52:50] Init torch distributed ends. elapsed=0.21 s, mem usage=0.10 GB",
+        "[2026-05-24 00:52:51] Load weight begin. avail mem=275.75 GB",
+    ])  # fmt: skip
+    assert m.identity.gpu_name is None and m.identity.gpu_total_mib is None and m.identity.gpu_candidates_mib == []
