@@ -11,6 +11,7 @@ they interleave in real output; where that is an inference, the run's notes say 
 
 from __future__ import annotations
 
+import bisect
 import calendar
 import re
 import time
@@ -664,16 +665,19 @@ class LogBuilder:
     def _assign_cues(self, runs: list[_Run]) -> None:
         """Release cues go to the run whose lines they sit among, else to the run they precede (a header
         before the start), else to the last run before them (an issue's environment block after its log)."""
+        seen = [r for r in runs if r.first_line is not None]
+        starts = [r.first_line or 0 for r in seen]  # runs are in file order
         for lineno, cue in self._cues:
+            i = bisect.bisect_right(starts, lineno) - 1  # the last run starting at or before the cue
             target = None
-            for run in runs:
-                if run.first_line is not None and run.first_line <= lineno <= (run.last_line or run.first_line):
-                    target = run
-                    break
-            if target is None:
-                later = [r for r in runs if r.first_line is not None and r.first_line > lineno]
-                earlier = [r for r in runs if r.first_line is not None and r.first_line < lineno]
-                target = later[0] if later else (earlier[-1] if earlier else (runs[0] if runs else None))
+            if i >= 0 and lineno <= (seen[i].last_line or seen[i].first_line or 0):
+                target = seen[i]
+            elif i + 1 < len(seen):
+                target = seen[i + 1]
+            elif i >= 0:
+                target = seen[i]
+            elif runs:
+                target = runs[0]
             if target is not None:
                 target.cues.append((lineno, cue))
         stated: list[tuple[int, VersionCue]] = []
