@@ -124,3 +124,13 @@ def test_notes_name_the_rules(name: str) -> None:
     (m,) = parse_log(FIXTURES / name)
     _, judged = judge(m)
     assert judged.notes[0].startswith(f"rules: {judged.reservation.rules} — ")
+
+
+def test_captured_bs_512_is_the_heuristic_input_not_a_default() -> None:
+    # sglang-pr11830.log captured bs 1 … 512 (52 sizes, line 7): every candidate rule set reads max_bs 512, and
+    # the decode-graph term is 512 × 2 MiB — not the 160 of the fallback defaults
+    (m,) = parse_log(FIXTURES / "sglang-pr11830.log")
+    assert m.args["cuda_graph_max_bs"] == 512 and m.args_from["cuda_graph_max_bs"].startswith("log line 7")
+    lr = log_reservation(m)
+    assert lr.candidates and all(c.res.inputs.decode_max_bs == 512 for c in lr.candidates)
+    assert all(c.res.mib("decode_graph") == 1024.0 for c in lr.candidates)
