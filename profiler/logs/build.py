@@ -654,7 +654,11 @@ class LogBuilder:
             self._continuation(self._cont[-1][0], "")
         runs = [r for r in self._runs if r.first_line is not None or r.ranks or r.m.unparsed_memory_lines]
         # (a run with nothing seen is e.g. the placeholder before the first command)
-        runs = _merge_quoted(runs)
+        merged = _merge_quoted(runs)
+        if len(merged) != len(runs):  # keep run ids consecutive (file#0, file#1, …)
+            for k, r in enumerate(merged):
+                r.index, r.m.id = k, f"{self._file}#{k}"
+        runs = merged
         self._assign_cues(runs)
         out = []
         for run in runs:
