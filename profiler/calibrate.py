@@ -58,7 +58,7 @@ FLOOR_MIB = 10 * 1024.0
 #: Terms sglang sums before the floor, and the ones it adds after it.
 PRE_FLOOR = ("constant", "activation", "parallel", "decode_graph", "dp_padding", "prefill_graph", "prefill_bcg_deepep")
 POST_FLOOR = ("deepep_a2a", "speculative", "xpu")
-_BAD_RUN = ("oom_during_capture", "oom_startup", "oom_runtime", "failed")
+_BAD_RUN = ("oom_during_capture", "oom_startup", "oom_runtime", "failed", "incomplete")
 #: A group (model family, attention backend, a2a backend) gets a fit of its own from this many runs.
 MIN_GROUP_RUNS = 3
 

@@ -29,11 +29,13 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from profiler.errors import MemfracError
 from profiler.heuristic import Reservation
 from profiler.heuristic.record import TERM_NAMES
 from profiler.ledger import Attribution, Ledger, attribute, ledger_of
 from profiler.measurement import Measurement, Phase, Rank
 from profiler.verdict import TIGHT_MIB, run_verdict
+from profiler.verdict import runtime_need as verdict_need
 
 #: Default safety margin added to what was used when recommending a fraction.
 DEFAULT_MARGIN_MIB = 1024.0
@@ -290,8 +292,9 @@ def compare(
     start = free_at_start(r)
     slack = None if start is None or mfs is None else start * (1 - mfs)
     after_kv = None if att is None else att.after_kv_free_mib
-    worst = None if att is None else att.worst_free_mib
-    end_startup = None if att is None else att.end_of_startup_free_mib
+    unread = [] if att is None else att.unread_after  # windows after the last reading printed no memory
+    worst = None if att is None or unread else att.worst_free_mib
+    end_startup = None if att is None or unread else att.end_of_startup_free_mib
     used = None if after_kv is None or worst is None else after_kv - worst
     weights = _phase(r, "weights")
     kvp = _phase(r, "kv_pool")
@@ -307,7 +310,10 @@ def compare(
     if used is not None and start and (served or runtime_need is not None):
         need = used + (runtime_need or 0.0) + margin_mib
         rec = math.floor((1 - need / start) * 1000) / 1000
-    verdict, reason = run_verdict(m, worst, used, end_startup)
+    verdict, reason = run_verdict(m, worst, used, end_startup, verdict_need(m, res))
+    if unread and verdict == "unknown" and att is not None and att.worst_free_mib is not None:
+        reason = (f"headroom unknown: {', '.join(unread)} ran after the last free-memory reading "
+                  f"({att.worst_free_mib / 1024:.2f} GiB free) and printed no memory")  # fmt: skip
     ledgers = tuple(ledger_of(a, rk.label) for rk, a in atts if a.opening_mib is not None or a.charges)
     judged_ledger = next((x for x in ledgers if r is not None and x.rank == r.label), None)
     return Comparison(
@@ -365,43 +371,30 @@ def _ladder(r: Rank | None) -> tuple[tuple[int, float], ...]:
 def reservation_for(m: Measurement, scenario: Any = None) -> tuple[Reservation | None, list[str]]:
     """The reservation sglang made for the run, and notes on how it was reconstructed.
 
-    A `memfrac run` has its scenario; a log has the server_args it printed (resolved values; the fraction
-    it used is the one printed, auto-derived or given). The rules follow the sglang release when known.
+    A `memfrac run` has its scenario and the release it ran. A log is judged with the rules of the release
+    that wrote it, or with every rule set its release range allows (`profiler.logs.reserve`: the one
+    returned here is named in the notes, the others in `log_reservation`); never silently with the newest.
     """
-    from profiler.errors import MemfracError
-    from profiler.heuristic import DEFAULT_RULES, inputs_from_args, inputs_from_scenario, reserve, rules_for
+    from profiler.heuristic import DEFAULT_RULES, inputs_from_scenario, reserve, rules_for
 
     notes: list[str] = []
+    if scenario is None:
+        from profiler.logs.reserve import log_reservation
+
+        lr = log_reservation(m)
+        notes.append(f"rules: {lr.rules} — {lr.rules_why}")
+        notes.extend(lr.notes)
+        return lr.headline, notes
     version = m.identity.sglang_version
-    rules = DEFAULT_RULES
     if version:
         try:
-            rules = rules_for(version)
+            return reserve(inputs_from_scenario(scenario), rules_for(version)), notes
         except MemfracError as e:
             notes.append(f"heuristic terms not computed: {e}")
             return None, notes
-    else:
-        notes.append(f"sglang release unknown: terms computed with the {DEFAULT_RULES.name} rules")
-    if scenario is not None:
-        return reserve(inputs_from_scenario(scenario), rules), notes
-    if not m.args:
-        notes.append("no server arguments recovered: terms not computed")
-        return None, notes
-    gpu = m.identity.gpu_total_mib
-    if gpu is None:
-        notes.append("GPU capacity unknown: terms computed without the GPU-size defaults")
-    elif m.identity.gpu_total_how.startswith("oom"):
-        notes.append("GPU capacity from the OOM message is torch's total, ~0.6% under nvidia-smi's")
-    inp = inputs_from_args(
-        m.args, gpu_mem_mib=int(gpu) if gpu else None, architecture=m.identity.architecture, mode=m.identity.mode
-    )
-    r = reserve(inp, rules)
-    if inp.mem_fraction_static is not None and abs(r.heuristic_fraction - inp.mem_fraction_static) > 1e-9:
-        notes.append(
-            f"printed mem_fraction_static {inp.mem_fraction_static} differs from the {rules.name} rule's "
-            f"{r.heuristic_fraction:.3f}: given by the user, or another release's rule"
-        )
-    return r, notes
+    notes.append(f"sglang release of this run not recorded: terms computed with the {DEFAULT_RULES.name} rules "
+                 "(the newest modelled)")  # fmt: skip
+    return reserve(inputs_from_scenario(scenario), DEFAULT_RULES), notes
 
 
 def ladder_graph_estimate(ladder: tuple[tuple[int, float], ...], max_bs: int) -> float | None:

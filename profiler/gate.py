@@ -118,6 +118,9 @@ def gate(
         elif host:
             checks.append(Check(str(scen), "run", True, "host-memory run (CPU): reported, not gated", skipped=True))
             continue
+        elif verdict == "incomplete":  # a log cut before its startup ended: nothing to gate on
+            checks.append(Check(str(scen), "run", True, f"incomplete: {first['reason']}", skipped=True))
+            continue
         else:
             checks.append(Check(str(scen), "run", True, f"{verdict}: {first['reason']}"))
         for row in g.itertuples(index=False):

@@ -49,6 +49,35 @@ _TABLE: dict[str, tuple[int, str]] = {
     "B300": (275040, "NVIDIA B300 SXM6 AC"),
 }
 
+# Where each memory.total above was read: a public nvidia-smi output of that exact product. "modal-2797" is
+# Modal's list of nvidia-smi totals across its fleet (github.com/modal-labs/modal-client/pull/2797); "file id N"
+# is a public repository file in the project's search index quoting `nvidia-smi --query-gpu=name,memory.total`
+# (or the nvidia-smi table) for that GPU. Re-checked for issue 10: every entry matches its source. B300 SXM6 AC
+# reports 275040 MiB in several independent outputs (file ids 66224630367, 57713776942, 59805518224); a log
+# with 275.75 GiB free at load is therefore a larger part, not this one, and is not matched to it.
+SOURCES: dict[str, str] = {
+    "T4": "modal-2797; file id 53052278521 ('Tesla T4, 15360 MiB total')",
+    "RTX-5080": "file ids 57659263367, 33311716229 ('NVIDIA GeForce RTX 5080, 16303 MiB'); nvidia-smi in "
+    "tests/fixtures/logs INDEX (repo_unknown_qwen3-0.6b_rtx5080)",
+    "A10": "modal-2797 (A10: 23028MiB)",
+    "L4": "modal-2797 (L4: 23034MiB)",
+    "RTX-4090": "file ids 55542750366, 63263851491 ('NVIDIA GeForce RTX 4090, 24564 MiB')",
+    "RTX-3090": "file ids 60973092206, 57428273948 ('NVIDIA GeForce RTX 3090, 24576 MiB')",
+    "RTX-5090": "file ids 58416872009, 70594460296 ('NVIDIA GeForce RTX 5090, 32607 MiB')",
+    "A100-40GB": "modal-2797 (A100 40GB: 40960MiB); file id 65742760196 ('NVIDIA A100-SXM4-40GB, 40960 MiB')",
+    "L40S": "modal-2797 (L40S: 46068MiB)",
+    "L40": "file ids 62446421435, 67228339148 ('NVIDIA L40, 46068 MiB')",
+    "H100-80GB": "modal-2797 (H100: 81559MiB); github.com/wilicc/gpu-burn/issues/114 (nvidia-smi '/ 81559MiB')",
+    "H800": "file id 71303046155 ('NVIDIA H800, 81559 MiB')",
+    "A100-80GB": "modal-2797 (A100 80GB: 81920MiB); file id 67279305501 ('NVIDIA A100 80GB PCIe, 81920 MiB')",
+    "H100-NVL": "file ids 63368633454, 71246027304 ('NVIDIA H100 NVL, 95830 MiB')",
+    "H20": "file ids 65846954299, 62604352415 ('NVIDIA H20, 97871 MiB')",
+    "H200": "file ids 67279305501, 55419965514 ('NVIDIA H200, 143771 MiB')",
+    "H20-3e": "file ids 65778504935, 56324297938 ('NVIDIA H20-3e, 143771 MiB')",
+    "B200": "file ids 56212356169, 58505898451 ('NVIDIA B200, 183359 MiB')",
+    "B300": "file ids 66224630367, 57713776942, 59805518224 ('NVIDIA B300 SXM6 AC, 275040 MiB')",
+}
+
 ALIASES: dict[str, str] = {"H100": "H100-80GB", "A100": "A100-80GB", "4090": "RTX-4090", "5090": "RTX-5090"}
 
 

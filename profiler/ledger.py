@@ -158,6 +158,7 @@ class Attribution:
     worst_inside: int | None = None  # … and this one at its peak (the worst point is inside its window)
     worst_how: str = "read"
     opening_mib: float | None = None  # where the books open: free_at_start, or the first reading there is
+    unread_after: list[str] = field(default_factory=list)  # windows after the last reading, without readings
     opens_at: str = ""
     end_of_startup_free_mib: float | None = None
     after_kv_free_mib: float | None = None
@@ -409,6 +410,12 @@ def attribute(rank: Rank, memory_kind: str, resolution_mib: float | None = None)
         level = w.cursor - sum(m for _, m, _ in w.floating)
         w.gap(level, "the end of the record")
         w.low(level, "after the last sized window")
+    if w.skipped:  # windows after the last reading printed no memory: the worst point may lie after it
+        att.unread_after = list(w.skipped)
+        att.notes.append(
+            f"{', '.join(w.skipped)} ran after the last free-memory reading and printed no memory: the headroom "
+            "is at most the figure shown"
+        )
     att.worst_free_mib = None if host else w.worst[0]
     att.worst_point = w.worst[1]
     att.worst_order, att.worst_inside, att.worst_how = w.worst[2], w.worst[3], w.worst[4]
@@ -541,9 +548,10 @@ def ledger_of(att: Attribution, rank_label: str = "") -> Ledger:
             later.setdefault(c.line, []).append(c)
     lines = [_merge(name, held[name]) for name in LINE_ORDER if name in held]
     if att.worst_free_mib is not None:
-        lines.append(
-            LedgerLine("headroom", att.worst_free_mib, att.worst_how, f"free at the worst point: {att.worst_point}")
-        )
+        where = f"free at the worst point: {att.worst_point}"
+        if att.unread_after:
+            where = f"free at the last reading ({att.worst_point}); {', '.join(att.unread_after)} printed no memory"
+        lines.append(LedgerLine("headroom", att.worst_free_mib, att.worst_how, where))
     notes = list(att.notes)
     if att.memory_kind == "host":
         notes.append("host RSS of a CPU run: lines are RSS growth; there is no free device memory to close against")

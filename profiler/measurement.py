@@ -255,7 +255,10 @@ class Identity:
     dp: int | None = None
     attn_dp: int | None = None
     ep: int | None = None
-    sglang_version: str | None = None
+    sglang_version: str | None = None  # the release, when known exactly
+    sglang_how: str = "unknown"  # how the release is known ("docker image tag … (line 3)", "log formats: …")
+    sglang_range: list[str] = field(default_factory=list)  # [first, last] the log's formats allow ("" = open end)
+    gpu_candidates_mib: list[int] = field(default_factory=list)  # capacities consistent with the log, when several
     hostname: str | None = None
 
 
@@ -271,7 +274,14 @@ class Measurement:
     identity: Identity = field(default_factory=Identity)
     args: dict[str, Any] = field(default_factory=dict)  # server args recovered / resolved (sglang names)
     args_source: str = "none"  # server_args | launch_command | scheduler_line | scenario | server_info | none
-    mfs_origin: str = "unknown"  # given | auto | unknown — and how we know, in notes
+    args_from: dict[str, str] = field(default_factory=dict)  # per arg: server_args | launch_command | log line N (…)
+    mfs: float | None = None  # the fraction the run used, when the source prints or implies it (see mfs_how)
+    mfs_origin: str = "unknown"  # given | auto | implied | unknown
+    mfs_how: str = ""  # where the fraction comes from, with the arithmetic when implied
+    mfs_plus_minus: float | None = None  # implied: its uncertainty from the 0.01 GB printing (None: exact or bound)
+    startup: str | None = None  # log runs: finished | incomplete | aborted | no_kv (None: not judged, e.g. probe)
+    startup_seen: str = ""  # what the text shows of the startup (the last phase reached, where it stops)
+    serving: dict[str, Any] = field(default_factory=dict)  # serving traffic a log shows: peaks, retractions
     ranks: list[Rank] = field(default_factory=list)
     failure: Failure | None = None  # the run's first failure, if any
     unparsed_memory_lines: int = 0  # lines that looked like memory lines but matched no known format

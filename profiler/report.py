@@ -50,9 +50,14 @@ MAX_HEIGHT_IN = 40.0
 MAX_BARS = 80  # term bars per plot; more are listed in the table only
 DEEPEP_RESERVE_MIB = HEURISTIC_RESERVE_BYTES / MIB
 #: Worst first: crashes, then one allocation from a crash, then paid-for KV never used, then fine, then unknown.
-SEVERITY = ("oom_during_capture", "oom_startup", "oom_runtime", "failed", "tight", "wasteful", "ok", "unknown")
+SEVERITY = (
+    "oom_during_capture", "oom_startup", "oom_runtime", "failed", "tight", "wasteful", "ok", "incomplete", "unknown",
+)  # fmt: skip
 _COLOR = {"under": "#d62728", "measured": "#1f77b4", "reserved": "#9e9e9e", "analytic": "#ff7f0e"}
-_VERDICT_COLOR = {"failed": "#8c564b", "tight": "#ff7f0e", "wasteful": "#9467bd", "ok": "#2ca02c", "unknown": "#9e9e9e"}
+_VERDICT_COLOR = {
+    "failed": "#8c564b", "tight": "#ff7f0e", "wasteful": "#9467bd", "ok": "#2ca02c", "incomplete": "#c7c7c7",
+    "unknown": "#9e9e9e",
+}  # fmt: skip
 _DASH = "—"
 
 
@@ -341,7 +346,8 @@ def run_table(t: pd.DataFrame) -> pd.DataFrame:
         rows.append({
             "run": run if not scen or scen == run else f"{scen} ({run})",
             "model": short_model(r), "GPU": gpu_label(r), "mode": as_text(r.get("mode"), _DASH),
-            "parallelism": parallelism(r), "mfs (origin)": mfs, "slack MiB": mib(r.get("slack_total_mib")),
+            "parallelism": parallelism(r), "rules": as_text(r.get("rules"), _DASH), "mfs (origin)": mfs,
+            "slack MiB": mib(r.get("slack_total_mib")),
             "used after KV MiB": mib(r.get("used_after_kv_mib")), "headroom MiB": mib(r.get("headroom_mib")),
             "wasted KV tokens": count(r.get("wasted_kv_tokens")), "recommended mfs": frac(r.get("recommended_mfs")),
             "verdict": as_text(r.get("verdict"), "unknown"), "reason": as_text(r.get("reason")),
@@ -624,8 +630,13 @@ _VERDICT_WORDS = (
     ("oom_runtime", "out of memory while serving."),
     ("failed", "the run failed for another reason (the reason column says which)."),
     ("tight", f"less than {TIGHT_MIB:.0f} MiB free at the worst point: one allocation away from an OOM."),
-    ("wasteful", "more than twice what was used after the KV pool was left free: KV cache paid for, never used."),
-    ("ok", "positive headroom, not more than twice what was used."),
+    (
+        "wasteful",
+        "more than twice what runtime needs (the measured runtime peak, else the heuristic's own "
+        "activation reserve) left free: KV cache paid for, never used.",
+    ),
+    ("ok", "positive headroom, not more than twice what runtime needs (or that need is unknown)."),
+    ("incomplete", "the log does not show the startup to its end (cut mid-capture or earlier): not judged."),
     ("unknown", "the source has no free-memory reading after the KV pool (or it is a CPU run)."),
 )
 _TERM_WORDS = (
@@ -691,8 +702,11 @@ def ledger_section(ledger: pd.DataFrame, out: Path) -> Section:
              "how": as_text(r["how"]), "source": as_text(r["source"]), "worst point": as_text(r["worst_point"])}
             for _, r in g.iterrows()
         ])  # fmt: skip
-        where = f"{mib(free)} MiB free at start" if free is not None else (
-            f"{mib(opening)} MiB at {as_text(g['opens_at'].iloc[0])} (free at start unknown)")
+        where = (
+            f"{mib(free)} MiB free at start"
+            if free is not None
+            else (f"{mib(opening)} MiB at {as_text(g['opens_at'].iloc[0])} (free at start unknown)")
+        )
         books = (f"Lines sum to {mib(total)} MiB of {where}; residual {mib(resid)} MiB "
                  f"({'the books close' if closes else 'the books do not close'}).")  # fmt: skip
         after = as_text(g["after_worst"].iloc[0])

@@ -58,7 +58,9 @@ RESULT_COLUMNS: dict[str, str] = {
     "ep": "Int64",
     "moe_a2a_backend": "string",
     "sglang_version": "string",
+    "sglang_how": "string",  # how the release is known: a stated cue, or the range the log's formats allow
     "rules": "string",
+    "rules_why": "string",  # which rule set(s) and why (logs: release cue, format range, candidates)
     "mfs": "float64",
     "mfs_origin": "string",
     "heuristic_fraction": "float64",
@@ -68,7 +70,7 @@ RESULT_COLUMNS: dict[str, str] = {
     "slack_mib": "float64",
     "term_verdict": "string",  # under | fits | over | unobservable | off
     "observed_from": "string",
-    "verdict": "string",  # run level: oom_* | failed | tight | ok | wasteful | unknown
+    "verdict": "string",  # run level: oom_* | failed | incomplete | tight | ok | wasteful | unknown
     "reason": "string",
     "failure_kind": "string",
     "free_at_start_mib": "float64",
@@ -146,6 +148,7 @@ class RunContext:
     deepep_device_mib: float | None = None
     derived_from: str | None = None
     defaulted_inputs: str | None = None  # see RESULT_COLUMNS; None = unknown
+    rules_why: str | None = None
 
 
 def _atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -194,7 +197,9 @@ def result_rows(m: Measurement, c: Comparison, ctx: RunContext = RunContext()) -
         "ep": i.ep,
         "moe_a2a_backend": ctx.moe_a2a_backend,
         "sglang_version": i.sglang_version,
+        "sglang_how": i.sglang_how,
         "rules": c.rules,
+        "rules_why": ctx.rules_why,
         "mfs": c.mfs,
         "mfs_origin": c.mfs_origin,
         "heuristic_fraction": c.heuristic_fraction,

@@ -2,8 +2,12 @@
 
 Expectation format, per run: architecture, model_contains, mode, tp/dp/ep/pp, mem_fraction_static,
 chunked_prefill_size, args{}, gpu_total_gib, rank_labels[], ranks{label: {phase: {…}, failure: {…}}},
-failure_kind, tricky_lines[]. A key that is absent is not checked; JSON null means "must be None".
-*_gib keys compare with MiB/1024 and *_mib keys with MiB, both within 0.005.
+failure_kind, tricky_lines[]; and what the log proves: release (exact, or null), release_range [first, last]
+(the range the parser finds must lie inside it; "" = open end), release_includes (a release the range must
+contain), state (finished | incomplete | aborted | no_kv), verdict (what `memfrac ingest` concludes),
+mfs {value, origin} (the fraction the log supports; value within its ± or 0.0005), gpu_candidates_mib[],
+args_from{key: substring of its origin}, serving{key: value}. A key that is absent is not checked; JSON null
+means "must be None". *_gib keys compare with MiB/1024 and *_mib keys with MiB, both within 0.005.
 """
 
 from __future__ import annotations
@@ -14,7 +18,9 @@ from typing import Any
 
 import pytest
 
+from profiler.ingest import judge
 from profiler.logs import parse_log
+from profiler.logs.formats import release_key
 from profiler.measurement import Measurement, Phase, Rank
 
 FIXTURES = Path(__file__).parent / "fixtures" / "logs"
@@ -118,6 +124,7 @@ def _check_run(m: Measurement, want: dict[str, Any]) -> list[str]:
         check(f"args.{k}", m.args.get(k), v)
     if "rank_labels" in want:
         check("rank_labels", sorted(r.label for r in m.ranks), sorted(want["rank_labels"]))
+    errors += _check_truth(m, want)
     for label, phases in (want.get("ranks") or {}).items():
         rank = m.rank(label)
         if rank is None:
@@ -129,6 +136,52 @@ def _check_run(m: Measurement, want: dict[str, Any]) -> list[str]:
                     check(f"{label!r}.failure.{key}", _failure_value(rank, key), expected)
                 else:
                     check(f"{label!r}.{name}.{key}", _phase_value(rank.phase(name), key), expected)
+    return errors
+
+
+def _within(v: str, lo: str, hi: str) -> bool:
+    k = release_key(v)
+    return (not lo or k >= release_key(lo)) and (not hi or k <= release_key(hi))
+
+
+def _check_truth(m: Measurement, want: dict[str, Any]) -> list[str]:
+    """Release, startup state, verdict, fraction: what the log proves."""
+    errors: list[str] = []
+    ident = m.identity
+    got_lo, got_hi = [*ident.sglang_range, "", ""][:2]
+    if ident.sglang_version:
+        got_lo = got_hi = ident.sglang_version
+    if "release" in want and ident.sglang_version != want["release"]:
+        errors.append(f"release: got {ident.sglang_version!r} ({ident.sglang_how}), expected {want['release']!r}")
+    if "release_range" in want:
+        lo, hi = want["release_range"]
+        unbounded = not ident.sglang_version and not ident.sglang_range
+        inside = (not got_lo or _within(got_lo, lo, hi)) and (not got_hi or _within(got_hi, lo, hi))
+        if (unbounded and (lo or hi)) or (got_lo == "" and lo) or (got_hi == "" and hi) or not inside:
+            errors.append(f"release range: got {got_lo or '…'} – {got_hi or '…'} ({ident.sglang_how}), "
+                          f"expected within {lo or '…'} – {hi or '…'}")  # fmt: skip
+    if "release_includes" in want and not _within(want["release_includes"], got_lo, got_hi):
+        errors.append(f"release range {got_lo or '…'} – {got_hi or '…'} excludes {want['release_includes']}")
+    if "state" in want and m.startup != want["state"]:
+        errors.append(f"state: got {m.startup!r} ({m.startup_seen}), expected {want['state']!r}")
+    if "gpu_candidates_mib" in want and ident.gpu_candidates_mib != want["gpu_candidates_mib"]:
+        errors.append(f"gpu_candidates_mib: got {ident.gpu_candidates_mib}, expected {want['gpu_candidates_mib']}")
+    for key, sub in (want.get("args_from") or {}).items():
+        if sub not in m.args_from.get(key, ""):
+            errors.append(f"args_from.{key}: got {m.args_from.get(key)!r}, expected it to contain {sub!r}")
+    for key, val in (want.get("serving") or {}).items():
+        if not _close(m.serving.get(key), val):
+            errors.append(f"serving.{key}: got {m.serving.get(key)!r}, expected {val!r}")
+    if "verdict" in want or "mfs" in want:
+        c, _ = judge(m)
+        if "verdict" in want and c.verdict != want["verdict"]:
+            errors.append(f"verdict: got {c.verdict!r} ({c.reason}), expected {want['verdict']!r}")
+        if "mfs" in want:
+            w = want["mfs"]
+            tol = max(0.0005, m.mfs_plus_minus or 0.0)
+            ok = (m.mfs is None) if w["value"] is None else (m.mfs is not None and abs(m.mfs - w["value"]) <= tol)
+            if not ok or m.mfs_origin != w["origin"]:
+                errors.append(f"mfs: got {m.mfs} ({m.mfs_origin}: {m.mfs_how}), expected {w['value']} ({w['origin']})")
     return errors
 
 

@@ -76,9 +76,9 @@ def test_follow_passes_the_next_lines_unfiltered() -> None:
 
 def test_rank_labels_of_non_memory_lines_are_discovered() -> None:
     data = (
-        b"[2025-07-22 06:18:33 TP1] Registering 4947 cuda graph addresses\n"
-        b"[2025-07-22 06:18:33 TP1] Registering 4947 cuda graph addresses\n"
-        b"[2025-07-22 06:18:33 DP0 TP0 EP0] Registering 4947 cuda graph addresses\n"
+        b"[2025-07-22 06:18:33 TP1] Using default chat sampling params from model generation config\n"
+        b"[2025-07-22 06:18:33 TP1] Using default chat sampling params from model generation config\n"
+        b"[2025-07-22 06:18:33 DP0 TP0 EP0] Using default chat sampling params from model generation config\n"
     )
     assert [n for n, _ in _scan(data)] == [1, 3]
 

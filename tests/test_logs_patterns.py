@@ -431,11 +431,16 @@ def test_identity_hints() -> None:
     [
         "[2026-02-26 05:19:58] WARNING server_args.py:1177: Set NSA backends for fp8_e4m3 KV Cache: "
         "prefill=flashmla_auto, decode=flashmla_kv.",
-        "KV cache is forced as chunk cache for decode server",
     ],
 )
 def test_known_lines_that_mention_memory_words(line: str) -> None:
     assert classify(split_prefix(line).msg) is KNOWN
+
+
+def test_decode_server_only_message_gives_the_mode() -> None:
+    # sglang-6753.log line 3: printed by srt/managers/scheduler.py only when disaggregation_mode == "decode".
+    ev = classify("KV cache is forced as chunk cache for decode server")
+    assert ev is not None and ev.kind == "mode" and ev.details == {"mode": "decode"}
 
 
 def test_unknown_memory_line_is_not_classified_but_looks_like_memory() -> None:
@@ -443,3 +448,13 @@ def test_unknown_memory_line_is_not_classified_but_looks_like_memory() -> None:
     assert classify(msg) is None
     assert MEMORYISH.search(msg)
     assert not MEMORYISH.search("#parameters (analytical): 243.74 B, #parameters (actual): 269.56 B")
+
+
+def test_prose_about_the_kv_cache_is_not_a_memory_line() -> None:
+    # vllm-21348_sglang-part.log line 6 (the issue author's words)
+    assert not MEMORYISH.search("Seems like the KV Cache memory is almost **2x** for SGLang compared to vLLM.")
+    assert MEMORYISH.search("KV Cache is allocated. #tokens: 12, something new")
+
+
+def test_tqdm_frame_cut_before_its_numbers() -> None:
+    assert classify("Capturing batches") is KNOWN  # ktransformers-1854.log line 29 (the excerpt ends there)

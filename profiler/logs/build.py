@@ -18,7 +18,9 @@ they interleave in real output; where that is an inference, the run's notes say 
 
 from __future__ import annotations
 
+import bisect
 import calendar
+import re
 import time
 
 from profiler.logs.failures import (
@@ -31,11 +33,11 @@ from profiler.logs.failures import (
     evidence,
     failure_kind,
 )
-from profiler.logs.identity import finalize_run, find_version
+from profiler.logs.identity import VersionCue, finalize_run, version_cue
 from profiler.logs.launchcmd import LaunchCommand, is_launch_command, parse_launch_command
 from profiler.logs.lines import LineScanner, Prefixed, PrefixLearner, rank_numbers, split_glued
 from profiler.logs.oom import is_complete, parse_oom
-from profiler.logs.patterns import GRAPH_PHASES, KNOWN, MEMORYISH, Event, classify
+from profiler.logs.patterns import GRAPH_PHASES, KNOWN, MEMORYISH, TRAFFIC_HEADS, Event, classify, traffic
 from profiler.logs.serverargs import ServerArgsRepr, parse_server_args
 from profiler.measurement import LadderPoint, Measurement, Phase, Rank, Snapshot
 
@@ -47,6 +49,13 @@ MAX_ARGS_LINES = 400  # a server_args repr wrapped by a terminal, or split by do
 MAX_ARGS_CHARS = 400_000
 MEMORY_BACK_MIB = 1024.0  # a new weight load with this much more free than the last phase left: a new process
 
+# A line that may state a release (traceback frames' ".../sglang/srt/..." paths do not): see identity.version_cue.
+_MAY_STATE_RELEASE = re.compile(r"sglang(?:[-\s:=\[\]'\"]|_version)|sgl-dev|\"version\"|'version'")
+_PEAKS = {k: f"peak_{k}" for k in ("running_req", "queue_req", "tokens", "token_usage", "full_token_usage",
+                                     "swa_token_usage")}  # fmt: skip
+# Kernel-config file names carry the GPU's product name: "…/E=8,N=2048,device_name=NVIDIA_H100_80GB_HBM3,dtype=…"
+# (srt/layers/moe/fused_moe_triton: get_config_file_name uses torch.cuda.get_device_name with "_" for " ").
+_DEVICE = re.compile(r"device_name=([A-Za-z][\w\-]*?)(?:,|\.json|\s|$)")
 _QUIET_KINDS = frozenset({"end", "note", "kv", "ladder"})  # events that never start a run by themselves
 
 
@@ -67,17 +76,24 @@ class _Run:
     __slots__ = (
         "arch_hint",
         "cmd",
+        "cues",
+        "device_hint",
+        "fired_line",
         "first_line",
         "floating",
+        "formats",
         "index",
         "last_line",
         "m",
+        "mode_hint",
         "model_hint",
         "ranks",
         "ready_line",
         "resolved",
         "server_args",
         "server_pid",
+        "serving",
+        "serving_ranks",
     )
 
     def __init__(self, index: int, file_name: str, origin: str) -> None:
@@ -87,6 +103,7 @@ class _Run:
         self.server_args: ServerArgsRepr | None = None
         self.cmd: LaunchCommand | None = None
         self.ready_line: int | None = None
+        self.fired_line: int | None = None  # "The server is fired up and ready to roll!"
         self.first_line: int | None = None
         self.last_line: int | None = None
         self.floating: FailureState | None = None  # failure lines seen before any rank
@@ -94,6 +111,12 @@ class _Run:
         self.model_hint: tuple[str, int] | None = None
         self.resolved: dict[str, tuple[int, int]] = {}  # "dp_size" → (value, line) from sglang's own warnings
         self.server_pid: int | None = None  # uvicorn's "Started server process [PID]"
+        self.formats: dict[str, int] = {}  # dated line formats seen (profiler.logs.formats) → first line
+        self.cues: list[tuple[int, VersionCue]] = []  # releases the text states, with their lines
+        self.serving: dict[str, object] = {}  # serving traffic: peaks, retractions (see _serve)
+        self.serving_ranks: set[str] = set()
+        self.mode_hint: tuple[str, int] | None = None  # PD role from a role-only message
+        self.device_hint: tuple[str, int] | None = None  # GPU product name from a kernel-config path
 
     def has_phases(self) -> bool:
         return any(rs.rank.phases for rs in self.ranks.values())
@@ -129,6 +152,7 @@ class LogBuilder:
         self._pid: int | None = None  # pid in the prefix of the line being read
         self._ts_cache: dict[str, float | None] = {}
         self._last_arch: tuple[str, int] | None = None
+        self._cues: list[tuple[int, VersionCue]] = []  # every release cue in the file (see _assign_cues)
 
     # ---- input ---------------------------------------------------------------------------------------
     def learn(self, head: str) -> None:
@@ -183,6 +207,17 @@ class LogBuilder:
             self._run.ranks[label] = _RankState(label)  # a rank exists once it logs anything
 
     def _dispatch(self, lineno: int, text: str, msg: str, label: str | None, date: str | None, hms: str | None) -> None:
+        if msg.startswith(TRAFFIC_HEADS):  # the bulk of a serving log: straight to the counters
+            ev = traffic(msg)
+            if ev is not None:
+                self._serve(lineno, label, ev)
+                if ev.fmt is not None and ev.fmt not in self._run.formats:
+                    self._run.formats[ev.fmt] = lineno
+                return
+        if "device_name=" in msg and self._run.device_hint is None and (dm := _DEVICE.search(msg)) is not None:
+            self._run.device_hint = (dm.group(1).replace("_", " "), lineno)
+        if ("sgl" in msg or '"version"' in msg) and _MAY_STATE_RELEASE.search(msg) and (cue := version_cue(msg)):
+            self._cues.append((lineno, cue))
         if is_launch_command(msg):
             self._command(lineno, msg)
             return
@@ -198,11 +233,6 @@ class LogBuilder:
         if fe is not None:
             self._failure(lineno, label, fe)
             return
-        if "sglang" in msg and self._run.m.identity.sglang_version is None:
-            v = find_version(msg)
-            if v is not None:
-                self._run.m.identity.sglang_version = v
-                return
         if MEMORYISH.search(msg):
             m = self._run.m
             m.unparsed_memory_lines += 1
@@ -281,9 +311,29 @@ class LogBuilder:
 
     # ---- events ---------------------------------------------------------------------------------------
     def _event(self, lineno: int, label: str | None, date: str | None, hms: str | None, ev: Event) -> None:
+        self._event_kind(lineno, label, date, hms, ev)
+        if ev.fmt is not None:
+            self._run.formats.setdefault(ev.fmt, lineno)  # the run that took the line (it may have split)
+
+    def _event_kind(self, lineno: int, label: str | None, date: str | None, hms: str | None, ev: Event) -> None:
         kind = ev.kind
         if kind == "args":
             self._server_args(lineno, ev.details["text"])  # type: ignore[index]
+            return
+        if kind in ("serve", "retract"):
+            self._serve(lineno, label, ev)
+            return
+        if kind == "registered":
+            self._registered(lineno, label, ev)
+            return
+        if kind == "fired":
+            self._run.touch(lineno)
+            if self._run.fired_line is None:
+                self._run.fired_line = lineno
+            return
+        if kind == "mode":
+            if self._run.mode_hint is None:
+                self._run.mode_hint = (ev.details["mode"], lineno)  # type: ignore[index]
             return
         if kind == "host_mem":
             d = ev.details or {}
@@ -310,6 +360,8 @@ class LogBuilder:
             self._ladder(lineno, ev)
             return
         key = f"{date or ''} {hms}" if hms else None
+        if not label and len(self._run.ranks) == 1 and "" not in self._run.ranks:
+            label = next(iter(self._run.ranks))  # an untagged line in a one-rank log (a bare ready line) is its
         rs = self._rank_for_phase(lineno, label or "", key, ev)
         self._run.touch(lineno)
         self._last_label = rs.rank.label
@@ -411,6 +463,8 @@ class LogBuilder:
         rank.phases.append(ph)
         rs.open[name] = ph
         self._apply(ph, ev)
+        if ev.details and "bs_list" in ev.details:
+            ph.details["bs_list_line"] = lineno
 
     def _end(self, rs: _RankState, lineno: int, t: float | None, ev: Event) -> None:
         name = ev.phase or "runtime"
@@ -424,6 +478,8 @@ class LogBuilder:
         if ev.elapsed is not None:
             ph.elapsed_s = ev.elapsed
         self._apply(ph, ev)
+        if ev.details and "bs_list" in ev.details:
+            ph.details["bs_list_line"] = lineno
 
     def _note(self, rs: _RankState, lineno: int, t: float | None, ev: Event) -> None:
         name = ev.phase or "runtime"
@@ -436,8 +492,20 @@ class LogBuilder:
                 ph = Phase(name=name, line=lineno)
                 rs.rank.phases.append(ph)
                 rs.open[name] = ph
-        self._apply(ph, ev)
         d = ev.details or {}
+        if ev.kind == "kv" and _second_pool(ph, d):
+            # A second "KV Cache is allocated" on one rank (hybrid SWA models allocate a full and a window
+            # pool): kept beside the first, summed where the budget is read, never overwriting it.
+            k, v, kv = d.get("k_gib"), d.get("v_gib"), d.get("kv_gib")
+            mib = ((k or 0.0) + (v or 0.0) + (kv or 0.0)) * GIB
+            ph.details.setdefault("extra_pools", []).append(
+                {"line": lineno, "kv_tokens": d.get("kv_tokens"), "mib": mib, "k_mib": _mib(k), "v_mib": _mib(v),
+                 "kv_mib": _mib(kv)}
+            )  # fmt: skip
+            return
+        self._apply(ph, ev)
+        if "bs_list" in d:
+            ph.details["bs_list_line"] = lineno
         if "pre_model_load_gib" in d:
             base = rs.rank.phase("baseline")
             if base is None:
@@ -481,6 +549,47 @@ class LogBuilder:
             else:
                 ph.details[k] = list(v) if isinstance(v, list) else v
 
+    # ---- serving traffic ---------------------------------------------------------------------------------
+    def _serve(self, lineno: int, label: str | None, ev: Event) -> None:
+        """Scheduler stats and retractions while serving: keep the peaks and counts, not every line."""
+        run = self._run
+        run.touch(lineno)
+        sv = run.serving
+        d = ev.details or {}
+        if ev.kind == "retract":
+            sv["retractions"] = int(sv.get("retractions", 0)) + 1  # type: ignore[call-overload]
+            sv["retracted_reqs"] = int(sv.get("retracted_reqs", 0)) + (d.get("retracted") or 0)  # type: ignore[call-overload]
+            sv.setdefault("first_retraction_line", lineno)
+            return
+        sv["batches"] = sv.get("batches", 0) + 1  # type: ignore[operator]
+        if "first_line" not in sv:
+            sv["first_line"] = lineno
+        sv["last_line"] = lineno
+        for key, v in d.items():
+            peak = _PEAKS.get(key)
+            if peak is not None and v > sv.get(peak, -1):  # type: ignore[operator]
+                sv[peak] = v
+                sv[peak + "_line"] = lineno
+        if label and label not in run.serving_ranks and len(run.serving_ranks) < 64:
+            run.serving_ranks.add(label)
+
+    def _registered(self, lineno: int, label: str | None, ev: Event) -> None:
+        """A "Registering N cuda graph addresses" line: the capture context closed with N graph buffers (0: none)."""
+        rs = self._run.ranks.get(label or "") if label is not None else None
+        if rs is None:
+            rs = self._run.ranks.get(self._last_label or "")
+        if rs is None:
+            return
+        self._run.touch(lineno)
+        open_graphs = [p for n, p in rs.open.items() if n in GRAPH_PHASES]
+        ph = max(open_graphs, key=lambda p: p.line or 0) if open_graphs else None
+        if ph is None:
+            graphs = [p for p in rs.rank.phases if p.name in GRAPH_PHASES]
+            ph = graphs[-1] if graphs else None
+        if ph is not None:
+            ph.details["graph_addresses"] = (ev.details or {}).get("graph_addresses")
+            ph.details["graph_addresses_line"] = lineno
+
     # ---- tqdm ladder -----------------------------------------------------------------------------------
     def _ladder(self, lineno: int, ev: Event, rs: _RankState | None = None) -> None:
         """A tqdm "Capturing batches (bs=… avail_mem=… GB)" point: printed by TP rank 0, untagged."""
@@ -502,11 +611,17 @@ class LogBuilder:
             last = ph.ladder[-1]
             if bs is not None and last.bs == bs:
                 rs.last_n = n
+                if n is not None:
+                    ph.details["progress"] = [n, d.get("total")]
                 return
             if bs is None and last.free_mib == free and (n is None or rs.last_n is None or n == rs.last_n + 1):
                 rs.last_n = n
+                if n is not None:
+                    ph.details["progress"] = [n, d.get("total")]
                 return
         rs.last_n = n
+        if n is not None:
+            ph.details["progress"] = [n, d.get("total")]
         used = None
         if ph.before is not None and ph.before.free_mib is not None and free is not None:
             used = ph.before.free_mib - free
@@ -639,13 +754,44 @@ class LogBuilder:
             n, t, p = self._cont[-1]
             self._cont.pop()
             self._continuation(n, t, p._replace(msg=p.msg.rstrip("\\")))
+        runs = [r for r in self._runs if r.first_line is not None or r.ranks or r.m.unparsed_memory_lines]
+        # (a run with nothing seen is e.g. the placeholder before the first command)
+        merged = _merge_quoted(runs)
+        if len(merged) != len(runs):  # keep run ids consecutive (file#0, file#1, …)
+            for k, r in enumerate(merged):
+                r.index, r.m.id = k, f"{self._file}#{k}"
+        runs = merged
+        self._assign_cues(runs)
         out = []
-        for run in self._runs:
-            if run.first_line is None and not run.ranks and run.m.unparsed_memory_lines == 0:
-                continue  # nothing of this run was seen (e.g. the placeholder before the first command)
+        for run in runs:
             self._settle_failures(run)
             out.append(finalize_run(run))
         return out
+
+    def _assign_cues(self, runs: list[_Run]) -> None:
+        """Release cues go to the run whose lines they sit among, else to the run they precede (a header
+        before the start), else to the last run before them (an issue's environment block after its log)."""
+        seen = [r for r in runs if r.first_line is not None]
+        starts = [r.first_line or 0 for r in seen]  # runs are in file order
+        for lineno, cue in self._cues:
+            i = bisect.bisect_right(starts, lineno) - 1  # the last run starting at or before the cue
+            target = None
+            if i >= 0 and lineno <= (seen[i].last_line or seen[i].first_line or 0):
+                target = seen[i]
+            elif i + 1 < len(seen):
+                target = seen[i + 1]
+            elif i >= 0:
+                target = seen[i]
+            elif runs:
+                target = runs[0]
+            if target is not None:
+                target.cues.append((lineno, cue))
+        stated: list[tuple[int, VersionCue]] = []
+        for run in runs:  # a later start in the same file without its own cue: the same install, said so
+            if run.cues:
+                stated = run.cues
+            elif stated:
+                run.cues = [(n, c._replace(how=f"{c.how}, stated for an earlier run in this file")) for n, c in stated]
 
     def _settle_failures(self, run: _Run) -> None:
         if run.floating is not None:
@@ -734,6 +880,46 @@ def _memory_back(rs: _RankState, ev: Event) -> str:
         return ""
     return (f"'Load weight begin' on rank '{rs.rank.label}' with {ev.free:.2f} GB free, more than the "
             f"{last / GIB:.2f} GB its last phase left: memory came back, a new process")  # fmt: skip
+
+
+def _merge_quoted(runs: list[_Run]) -> list[_Run]:
+    """A quoted excerpt — lines without timestamps or rank tags, no command, no server_args — followed by a
+    run that is only a launch command: one run, the command that produced the quoted lines (issue posts quote
+    the log, then the command they ran). Said in the notes."""
+    out: list[_Run] = []
+    for run in runs:
+        prev = out[-1] if out else None
+        if (
+            prev is not None
+            and prev.cmd is None
+            and prev.server_args is None
+            and run.cmd is not None
+            and run.server_args is None
+            and not run.has_phases()
+            and set(prev.ranks) <= {""}
+            and not _timed(prev)
+        ):
+            prev.cmd = run.cmd
+            prev.last_line = max(prev.last_line or 0, run.last_line or 0)
+            prev.m.notes.append(
+                f"launch command at line {run.first_line} taken as the one that produced the quoted lines before it "
+                "(no timestamps, no rank tags, no other start between them)"
+            )
+            continue
+        out.append(run)
+    return out
+
+
+def _timed(run: _Run) -> bool:
+    snaps = [s for rs in run.ranks.values() for p in rs.rank.phases for s in (p.before, p.after) if s is not None]
+    return any(s.t is not None for s in snaps)
+
+
+def _second_pool(ph: Phase, d: dict) -> bool:
+    """True when `d` is another allocated K/V pool for a pool phase that already has one."""
+    if d.get("label") or d.get("va_upper_bound") or not any(k in d for k in ("k_gib", "v_gib", "kv_gib")):
+        return False
+    return any(k in ph.details for k in ("k_mib", "v_mib", "kv_mib")) and "va_upper_bound" not in ph.details
 
 
 def _in_flight(rs: _RankState, run: _Run, line: int) -> str | None:

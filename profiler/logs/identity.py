@@ -9,37 +9,195 @@ from __future__ import annotations
 
 import copy
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from profiler.gpus import gpus_near_capacity
+from profiler.gpus import gpu_from_smi_name, gpus_near_capacity
+from profiler.logs.formats import BY_KEY as FORMAT_SPANS
+from profiler.logs.formats import (
+    NEWEST,
+    OLDEST,
+    ReleaseRange,
+    next_release,
+    release_key,
+    release_range,
+    releases_between,
+)
+from profiler.logs.printed import Fraction, implied_fraction, log_args, printed_fraction
+from profiler.logs.state import startup_state
 from profiler.measurement import Identity, Measurement, Rank
 
 if TYPE_CHECKING:
     from profiler.logs.build import _Run
 
-_VERSION = re.compile(r"\bsglang(?:==|\s+version:?\s*|:\s+)v?(\d+\.\d+\.\d+(?:\.post\d+|rc\d+|\.dev\d+)?)\b")
+_V = r"v?(\d+\.\d+\.\d+(?:\.post\d+|rc\d+|\.dev\d+)?)"
 _TOTAL_NOTE = ("GPU total from the OOM message's 'total capacity' (torch's total: about 0.6% below "
                "nvidia-smi memory.total, which the heuristic uses)")  # fmt: skip
 
 
+class VersionCue(NamedTuple):
+    """A release the text states, and how. `trust`: 0 strongest (server_info) … 4 weakest (a pip command)."""
+
+    version: str
+    how: str
+    trust: int
+    dev: bool = False  # a dev/nightly image built from main after `version` (before the next release)
+    at_least: bool = False  # "sglang>=X": a lower bound only
+
+
+# (trust, how, pattern); the first pattern that matches a line wins. Not versions: /sgl-workspace/… paths,
+# sgl-kernel / sglang-router packages, "sglang is using nccl==2.21.5".
+_CUES = tuple(
+    (trust, how, re.compile(rx))
+    for trust, how, rx in (
+        (0, "server_info sglang_version", r"""["']sglang_version["']\s*:\s*["']""" + _V),
+        (0, "server_info version", r"""["']version["']\s*:\s*["']""" + _V + r"""["'](?=.*["']model_path["'])"""),
+        (0, "server_info version", r"""["']model_path["'].*["']version["']\s*:\s*["']""" + _V + "[\"']"),
+        (1, "version line", r"\bsglang(?:\s+version:?\s*|\s*:\s+)" + _V + r"\b"),
+        (1, "installed package path", r"\bsglang-" + _V + r"(?:\.dist-info|-py\d|\.egg)"),
+        (1, "pip list", r"^\s*sglang\s+" + _V + r"\s*$"),
+        (3, "docker image tag", r"(?:^|[\s=\"'])((?:[\w.-]+/)*sgl(?:ang|-dev)[\w-]*):" + _V + r"([\w.-]*)"),
+        (4, "pip install", r"\bpip3?\b.*\bsglang(?:\[[^\]]*\])?\s*(==|>=|~=)\s*" + _V),
+        (4, "pip install", r"\buv\s+(?:pip|add)\b.*\bsglang(?:\[[^\]]*\])?\s*(==|>=|~=)\s*" + _V),
+        (1, "pinned package", r"(?:^|\s)sglang(?:\[[^\]]*\])?==" + _V + r"\b"),
+        (2, "version line", r"\bsglang\s+" + _V + r"\b"),
+    )
+)
+
+
+def version_cue(text: str) -> VersionCue | None:
+    """The sglang release a line states: a server_info dump, "sglang version: X", "sglang: X" (check_env),
+    "sglang X", an installed path (…/sglang-X.dist-info), a docker image tag (lmsysorg/sglang:vX-cu126,
+    rocm/sgl-dev:vX-…), a pip command (pip install "sglang[all]==X"). None if it states none."""
+    for trust, how, rx in _CUES:
+        m = rx.search(text)
+        if m is None:
+            continue
+        if how == "docker image tag":
+            repo, ver, rest = m.group(1), m.group(2), m.group(3)
+            dev = "sgl-dev" in repo or "dev" in rest or "nightly" in rest
+            return VersionCue(ver, f"docker image tag {repo}:v{ver}{rest}", trust, dev=dev)
+        if how == "pip install":
+            op, ver = m.group(1), m.group(2)
+            return VersionCue(ver, f"pip command (sglang{op}{ver})", trust, at_least=op == ">=")
+        return VersionCue(m.group(m.lastindex or 1), how, trust)
+    return None
+
+
 def find_version(text: str) -> str | None:
     """An sglang release printed in the log ("sglang==0.4.5", "sglang version: 0.5.23", "sglang: 0.4.5")."""
-    m = _VERSION.search(text)
-    return m.group(1) if m else None
+    cue = version_cue(text)
+    return None if cue is None or cue.at_least else cue.version
 
 
 def finalize_run(run: _Run) -> Measurement:
-    """Turn a finished run into its Measurement: args, identity, ranks in order, run-level failure."""
+    """Turn a finished run into its Measurement: args (each with its origin), identity, release, ranks in
+    order, run-level failure, the fraction as the log supports it, and how far startup got."""
     m = run.m
     m.args, m.args_source, notes = args_of(run)
+    m.args_from = dict.fromkeys(m.args, m.args_source)
+    if run.cmd is not None and run.server_args is not None:
+        m.args_from.update(dict.fromkeys((k for k in run.cmd.args if k not in run.server_args.args), "launch_command"))
     m.notes.extend(notes)
     m.ranks = sorted((rs.rank for rs in run.ranks.values()), key=_rank_order) or [Rank(label="")]
     m.first_line, m.last_line = run.first_line, run.last_line
     failed = [r.failure for r in m.ranks if r.failure is not None]
     m.failure = min(failed, key=lambda f: f.line or 0) if failed else None
+    m.serving = dict(run.serving)
+    extra, extra_from, notes = log_args(m)
+    m.args.update(extra)
+    m.args_from.update(extra_from)
+    m.notes.extend(notes)
     _identity(run, m)
-    _mfs_origin(run, m)
+    _release(run, m)
+    _fraction(run, m)
+    m.startup, m.startup_seen = startup_state(m, run.ready_line, run.fired_line)
     return m
+
+
+def _release(run: _Run, m: Measurement) -> None:
+    """The release: stated (the most trusted cue), else the range the log's formats allow."""
+    ident = m.identity
+    rng = release_range(run.formats)
+    spans = "; ".join(f"{k} ({_span(k)}, line {run.formats[k]})" for k in rng.decided_by)
+    if rng.conflicts:
+        m.notes.append("log formats that contradict the others (a fork, a dev build, or pasted logs): "
+                       + ", ".join(f"{k} ({_span(k)})" for k in rng.conflicts))  # fmt: skip
+    cues = sorted(run.cues, key=lambda lc: (lc[1].trust, lc[0]))
+    exact = [(n, c) for n, c in cues if not c.at_least]
+    lo = next((c.version for _, c in cues if c.at_least), None)
+    if exact:
+        line, cue = exact[0]
+        others = sorted({c.version for _, c in exact[1:]} - {cue.version}, key=release_key)
+        if others:
+            m.notes.append(f"other releases stated in the text: {', '.join(others)} (kept {cue.version}: {cue.how})")
+        if cue.dev:
+            nxt = next_release(cue.version)
+            dev = release_range([])._replace(first=cue.version, last=nxt)
+            both = [r for r in releases_between(cue.version, nxt) if _within(r, rng)]
+            before = nxt or "the next release"
+            how = f"{cue.how} (line {line}): a dev build from main after {cue.version}, before {before}"
+            if len(both) == 1:
+                ident.sglang_version, ident.sglang_how = both[0], f"{how}; its log formats match {both[0]}"
+                return
+            ident.sglang_range = [both[0], both[-1]] if both else [dev.first or "", dev.last or ""]
+            ident.sglang_how = how + (f"; log formats: {spans}" if spans else "")
+            return
+        ident.sglang_version, ident.sglang_how = cue.version, f"{cue.how} (line {line})"
+        if rng.bounded and not _within(cue.version, rng):
+            m.notes.append(f"the stated release {cue.version} does not print every format seen ({rng.label()}: "
+                           f"{spans}): a fork or a patched build; its rules are used as stated")  # fmt: skip
+        return
+    if lo is not None:
+        line, cue = next((n, c) for n, c in cues if c.at_least)
+        rng = rng._replace(first=max(lo, rng.first or lo, key=release_key))
+        spans = (spans + "; " if spans else "") + f"{cue.how} (line {line})"
+    if not rng.bounded:
+        ident.sglang_how = "unknown: no release stated and no dated log format seen"
+        return
+    if rng.first is not None and rng.first == rng.last:
+        ident.sglang_version, ident.sglang_how = rng.first, f"log formats: only {rng.first} prints {spans}"
+        return
+    ident.sglang_range = [rng.first or "", rng.last or ""]
+    ident.sglang_how = f"log formats: {rng.label()} ({spans})"
+
+
+def _span(key: str) -> str:
+    f = FORMAT_SPANS[key]
+    return f"{f.first or '≤' + OLDEST} … {f.last or NEWEST + '+'}"
+
+
+def _within(v: str, rng: ReleaseRange) -> bool:
+    k = release_key(v)
+    return (rng.first is None or k >= release_key(rng.first)) and (rng.last is None or k <= release_key(rng.last))
+
+
+def _fraction(run: _Run, m: Measurement) -> None:
+    """mem_fraction_static: printed (and who chose it), else implied from the KV budget, else unknown."""
+    has_cmd = run.cmd is not None
+    sets = has_cmd and "mem_fraction_static" in run.cmd.args  # type: ignore[union-attr]
+    f = printed_fraction(m, has_cmd, sets)
+    imp = implied_fraction(m)
+    if f is None:
+        f = imp if imp is not None and imp.value is not None else None
+        if f is not None and has_cmd:
+            f = f._replace(how=f.how + "; not on the launch command, so sglang chose it")
+        elif f is None:
+            why = imp.how if imp is not None else "the log prints no fraction and no KV budget to imply it from"
+            f = Fraction(None, "unknown", why)
+    elif imp is not None and imp.value is not None and f.value is not None:
+        tol = (imp.plus_minus or 0.0) + 0.0005
+        lower_ok = imp.bound == "lower" and f.value + tol >= imp.value
+        upper_ok = imp.bound == "upper" and f.value <= imp.value + tol
+        bounded = lower_ok or upper_ok
+        if bounded or abs(f.value - imp.value) <= tol:
+            f = f._replace(how=f.how + f"; the KV budget agrees ({imp.how})")
+        else:
+            m.notes.append(f"printed mem_fraction_static {f.value} differs from the one the KV budget implies "
+                           f"({imp.how})")  # fmt: skip
+    m.mfs, m.mfs_origin, m.mfs_how = f.value, f.origin, f.how
+    m.mfs_plus_minus = f.plus_minus if f.origin == "implied" and not f.bound else None
+    if f.value is not None and "mem_fraction_static" not in m.args_from:
+        m.args_from["mem_fraction_static"] = f.how
 
 
 def _rank_order(r: Rank) -> tuple[int, int, int, int, str]:
@@ -58,6 +216,11 @@ def _identity(run: _Run, m: Measurement) -> None:
     mode = a.get("disaggregation_mode")
     if isinstance(mode, str):
         ident.mode = mode
+    elif run.mode_hint is not None:
+        ident.mode, line = run.mode_hint
+        m.args["disaggregation_mode"] = ident.mode
+        m.args_from["disaggregation_mode"] = f"log line {line} (a message only {ident.mode} servers print)"
+        m.notes.append(f"mode {ident.mode} from line {line} ('KV cache is forced as chunk cache for decode server')")
     for dim in ("tp", "dp", "pp", "ep"):
         v = a.get(f"{dim}_size")
         if isinstance(v, int) and not isinstance(v, bool):
@@ -74,7 +237,7 @@ def _identity(run: _Run, m: Measurement) -> None:
         ident.attn_dp = run.resolved["attn_dp_size"][0]
     if run.cmd is not None and run.cmd.hostname:
         ident.hostname = run.cmd.hostname
-    _gpu(m)
+    _gpu(m, run.device_hint)
 
 
 def _architecture(run: _Run, m: Measurement) -> str | None:
@@ -101,51 +264,88 @@ def _from_tags(m: Measurement, dim: str) -> None:
     )
 
 
-def _gpu(m: Measurement) -> None:
+#: GiB a GPU's memory.total may exceed the free memory seen before NCCL init (CUDA context, driver
+#: reservations), and — when the log does not print what NCCL init used — the free memory at weight load.
+TOLERANCE_GIB = 1.5
+TOLERANCE_NO_INIT_GIB = 3.0
+
+
+def _gpu(m: Measurement, device: tuple[str, int] | None = None) -> None:
+    """GPU capacity: the product name a kernel-config path prints, else a unique bundled GPU consistent with
+    the OOM message's total or with the free memory at the first weight load (plus what NCCL init had used,
+    when printed). Capacities that several GPUs share are known without the name; several capacities stay
+    candidates (the reservation becomes a range)."""
     ident = m.identity
+    if device is not None:
+        g = gpu_from_smi_name(device[0])
+        if g is not None:
+            ident.gpu_name, ident.gpu_total_mib = g.name, float(g.total_mib)
+            ident.gpu_total_how = f"device_name {device[0]!r} at line {device[1]} (a kernel-config path)"
+            return
+        m.notes.append(f"GPU {device[0]!r} named at line {device[1]} is not a bundled GPU: capacity from memory lines")
     totals = [r.failure.total_capacity_mib for r in m.ranks if r.failure and r.failure.total_capacity_mib]
     if totals:
         ident.gpu_total_mib = totals[0]
         ident.gpu_total_how = "oom total capacity"
-        fits = ", ".join(g.name for g in gpus_near_capacity(totals[0] / 1024)) or "none bundled"
+        cands = gpus_near_capacity(totals[0] / 1024)
+        fits = ", ".join(g.name for g in cands) or "none bundled"
         m.notes.append(f"{_TOTAL_NOTE}; GPUs of that size: {fits} (name not set from this)")
+        # The heuristic reads nvidia-smi's memory.total: the bundled capacities this total fits are its candidates.
+        ident.gpu_candidates_mib = sorted({g.total_mib for g in cands})
+        if len(cands) == 1:
+            ident.gpu_name = cands[0].name
         return
-    first = _first_load_free(m)
-    if first is None:
+    seen = _first_load_free(m)
+    if seen is None:
         return
-    free_gib = first / 1024
-    cands = gpus_near_capacity(free_gib)
+    free_mib, init_mib, how = seen
+    start_gib = (free_mib + (init_mib or 0.0)) / 1024
+    tol = TOLERANCE_GIB if init_mib is not None else TOLERANCE_NO_INIT_GIB
+    cands = gpus_near_capacity(start_gib, tol)
+    caps = sorted({g.total_mib for g in cands})
+    names = " / ".join(g.name for g in cands)
+    rule = f"within {tol} GiB above {how}" + ("" if init_mib is not None else " (NCCL init usage not printed)")
     if len(cands) == 1:
         g = cands[0]
         ident.gpu_name, ident.gpu_total_mib = g.name, float(g.total_mib)
-        ident.gpu_total_how = f"first avail mem {free_gib:.2f} GiB ≈ {g.name}"
+        ident.gpu_total_how = f"{how} ≈ {g.name}"
+        if init_mib is not None or tol != TOLERANCE_GIB:
+            m.notes.append(f"GPU {g.name} ({g.total_mib} MiB): the only bundled GPU {rule}")
+    elif len(caps) == 1:
+        ident.gpu_total_mib = float(caps[0])
+        ident.gpu_total_how = f"{how} ≈ {caps[0]} MiB ({names})"
+        m.notes.append(f"GPU capacity {caps[0]} MiB: every bundled GPU {rule} has it ({names}); name unknown")
     elif cands:
-        names = ", ".join(f"{g.name} ({g.total_mib} MiB)" for g in cands)
-        m.notes.append(f"GPU not identified: first avail mem {free_gib:.2f} GiB fits several GPUs: {names}")
+        ident.gpu_candidates_mib = caps
+        listed = ", ".join(f"{g.name} ({g.total_mib} MiB)" for g in cands)
+        m.notes.append(f"GPU not identified: {how} fits several GPUs: {listed} ({rule})")
     else:
-        m.notes.append(f"GPU not identified: no bundled GPU within 1.5 GiB above the first avail mem "
-                       f"{free_gib:.2f} GiB")  # fmt: skip
+        m.notes.append(f"GPU not identified: no bundled GPU {rule}")
 
 
-def _first_load_free(m: Measurement) -> float | None:
-    best: tuple[int, float] | None = None
+def _first_load_free(m: Measurement) -> tuple[float, float | None, str] | None:
+    """(free MiB at the first weight load, MiB NCCL init had used on that rank or None, how it was read)."""
+    best: tuple[int, float, Rank, str] | None = None
     for r in m.ranks:
         for p in r.phases_named("weights"):
+            line = p.line or 0
             if p.before is not None and p.before.free_mib is not None:
-                cand = (p.line or 0, p.before.free_mib)
-                if best is None or cand[0] < best[0]:
-                    best = cand
-    return None if best is None else best[1]
-
-
-def _mfs_origin(run: _Run, m: Measurement) -> None:
-    if run.cmd is not None:
-        given = "mem_fraction_static" in run.cmd.args
-        m.mfs_origin = "given" if given else "auto"
-        m.notes.append("mem_fraction_static " + ("set on the launch command" if given else
-                       "not on the launch command: chosen by sglang"))  # fmt: skip
-    elif "mem_fraction_static" in m.args:
-        m.notes.append("mem_fraction_static from server_args; whether the user set it is unknown (no command)")
+                cand = (line, p.before.free_mib, r, f"first avail mem {p.before.free_mib / 1024:.2f} GiB")
+            elif p.after is not None and p.after.free_mib is not None and p.usage_mib is not None:
+                free = p.after.free_mib + p.usage_mib
+                cand = (line, free, r, f"avail mem after weights + their mem usage {free / 1024:.2f} GiB")
+            else:
+                continue
+            if best is None or cand[0] < best[0]:
+                best = cand
+    if best is None:
+        return None
+    _, free, r, how = best
+    init = r.phase("init_parallel")
+    init_mib = init.usage_mib if init is not None else None
+    if init_mib is not None:
+        how = f"{how} + init {init_mib / 1024:.2f} GiB"
+    return free, init_mib, how
 
 
 def args_of(run: _Run) -> tuple[dict[str, Any], str, list[str]]:

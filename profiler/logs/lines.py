@@ -65,7 +65,12 @@ KEYWORDS: tuple[bytes, ...] = (
     b'File "',
     b"Found local HF",
     b"Started server process",
-    b"etract",
+    b"etract",  # KV retractions ("#retracted-req", "KV cache pool is full. Retract requests")
+    b"Registering ",  # "Registering 0 cuda graph addresses": a capture that aborted
+    b"sgl-dev",  # rocm/sgl-dev:v0.5.8.post1-… image tags (the release that wrote the log)
+    b'"version"',  # server_info dumps
+    b"profiled value",  # "max_total_tokens=… is larger than the profiled value -561981": a negative KV budget
+    b"ready to roll",  # "The server is fired up and ready to roll!": startup finished
     b"\\\n",  # a backslash continuation (launch command)
     b"sglang",
     b"launch_server",

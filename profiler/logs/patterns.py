@@ -11,16 +11,19 @@ from __future__ import annotations
 import re
 from typing import Any, NamedTuple
 
+from profiler.logs.formats import format_key
+
 
 class Event(NamedTuple):
     """One recognised line. `kind` says what to do with it; sizes are GiB as printed."""
 
-    kind: str  # begin|end|note|kv|ladder|ready|args|arch|model|resolved|known|host_mem
+    kind: str  # begin|end|note|kv|ladder|ready|args|arch|model|resolved|known|host_mem|serve|retract|registered
     phase: str | None = None
     free: float | None = None  # "avail mem" (GiB)
     usage: float | None = None  # "mem usage" (GiB)
     elapsed: float | None = None
     details: dict[str, Any] | None = None
+    fmt: str | None = None  # the dated format of the line (profiler.logs.formats), when it dates one
 
 
 KNOWN = Event("known")  # recognised, nothing to record (e.g. a config warning that mentions "KV Cache")
@@ -32,11 +35,13 @@ GRAPH_PHASES = frozenset({"prefill_graph", "decode_graph", "verify_graph", "draf
 _KNOWN_OTHER = re.compile(
     r"Set (?:NSA|DSA) backends? for|Setting (?:NSA|DSA) backend|KV cache is forced as chunk cache|"
     r"KV cache dtype is|\[unified-memory-pool\]|Load weight end\. Committed real weights|"
-    r"Capture Frozen-KV|LoRA adapter|Update (?:engine )?weights|Registering \d+ cuda graph|"
+    r"Capture Frozen-KV|LoRA adapter|Update (?:engine )?weights|"
     r"is less than required memory \S+ for warmup"
 )
-# A line "looks like a memory line" when it has one of these and matched nothing (brief §5).
-MEMORYISH = re.compile(r"avail[ _]mem|mem usage| GB\b|\dGB\b|KV Cache|Capture |Capturing |out of memory")
+# A line "looks like a memory line" when it has one of these and matched nothing (brief §5). "KV Cache" alone
+# is not enough: prose quoting a log says it too ("the KV Cache memory is almost 2x …"); a pool line prints a
+# size in GB or its #tokens.
+MEMORYISH = re.compile(r"avail[ _]mem|mem usage| GB\b|\dGB\b|KV Cache.*#tokens|Capture |Capturing |out of memory")
 
 _F = r"(-?\d+(?:\.\d+)?)"
 _FIELD = re.compile(
@@ -71,6 +76,21 @@ _HF_SNAPSHOT = re.compile(r"^Found local HF snapshot for (\S+) at ")
 _HOST = re.compile(r"^Allocating (\d+(?:\.\d+)?) GB host memory for (.+?) ?[.(]")
 _SYMM = re.compile(r"^Pre-allocating symmetric memory pool with (\d+(?:\.\d+)?) GiB")
 _ARCH = re.compile(r"\b([A-Z]\w*For(?:CausalLM|ConditionalGeneration))\b")
+# Serving traffic (scheduler stats lines, every release since 0.4: "Decode batch. #running-req: 3, #token: 512,
+# token usage: 0.01, …", 0.5.4+ "Decode batch [12], …"; hybrid pools print "full token usage"/"swa token usage").
+TRAFFIC_HEADS = ("Decode batch", "Prefill batch", "Decode out of memory happened", "KV cache pool is full")
+_STATS = re.compile(r"(#running-req|#queue-req|#token|full token usage|swa token usage|token usage): (\d+(?:\.\d+)?)")
+_STAT_KEYS = {"#running-req": "running_req", "#queue-req": "queue_req", "#token": "tokens",
+              "token usage": "token_usage", "full token usage": "full_token_usage",
+              "swa token usage": "swa_token_usage"}  # fmt: skip
+_RETRACTED = re.compile(r"#retracted_reqs: (\d+)")
+# model_runner: "max_total_tokens=131072 is larger than the profiled value -561981. Use the profiled value
+# instead." (every release since 0.4): the KV budget sglang profiled, in tokens, can be negative.
+_PROFILED = re.compile(r"^max_total_tokens=(\d+) is larger than the profiled value (-?\d+)")
+# ktransformers' sglang fork: "The available memory for KV cache is 9.19 GB." (the KV budget it profiled).
+_KT_BUDGET = re.compile(r"^The available memory for KV cache is (-?\d+(?:\.\d+)?) GB")
+# custom all-reduce, when a capture context closes: "Registering 2967 cuda graph addresses" (0 = none captured)
+_REGISTER = re.compile(r"^Registering (\d+) cuda graph addresses")
 
 _CACHE: dict[str, Event | None] = {}
 _CACHE_MAX = 8192  # entries of at most _CACHE_CHARS: a few MB whatever the log
@@ -80,15 +100,26 @@ _CACHE_CHARS = 400
 def classify(msg: str) -> Event | None:
     """The event for one message (the text after the "[time ranks] " prefix), or None if no format fits.
     Events are shared between identical messages: treat them (and their details) as read-only."""
+    if msg.startswith(TRAFFIC_HEADS):  # serving lines: all different (counters), so never cached
+        return traffic(msg)
     if len(msg) > _CACHE_CHARS:
-        return _classify(msg)
+        return _dated(msg, _classify(msg))
     ev = _CACHE.get(msg, _MISS)
     if ev is _MISS:
-        ev = _classify(msg)
+        ev = _dated(msg, _classify(msg))
         if len(_CACHE) >= _CACHE_MAX:
             _CACHE.clear()
         _CACHE[msg] = ev
     return ev  # type: ignore[return-value]
+
+
+def _dated(msg: str, ev: Event | None) -> Event | None:
+    if ev is None or ev is KNOWN:
+        return ev
+    if ev.kind == "args":
+        return ev._replace(fmt="server_args_repr" if "ServerArgs(" in msg else "server_args_dict")
+    key = format_key(msg)
+    return ev if key is None else ev._replace(fmt=key)
 
 
 _MISS = Event("miss")
@@ -100,6 +131,8 @@ def _classify(msg: str) -> Event | None:
     handler = _BY_HEAD.get(first)
     if handler is None and first.startswith("max_total_num_tokens="):
         handler = _ready
+    elif handler is None and first.startswith("max_total_tokens="):
+        handler = _max
     if handler is not None:
         ev = handler(msg)
         if ev is not None:
@@ -139,6 +172,9 @@ def _num(d: dict[str, str], key: str) -> float | None:
 
 
 def _int_list(text: str) -> list[int] | None:
+    """A printed list of ints; None when the text is cut before its "]" (its largest size is then unknown)."""
+    if "]" not in text:
+        return None
     body = text.strip().lstrip("[").split("]", 1)[0]
     out = []
     for part in body.split(","):
@@ -150,6 +186,42 @@ def _int_list(text: str) -> list[int] | None:
 
 
 # ---- per first word ----------------------------------------------------------------------------------
+
+
+def traffic(msg: str) -> Event | None:
+    """A scheduler stats line (serving) or a KV retraction."""
+    if msg.startswith(("Decode out", "KV cache pool")):
+        key = format_key(msg)
+        if msg.startswith("KV cache pool is full") and "Retract" not in msg:
+            return None
+        m = _RETRACTED.search(msg)
+        return Event("retract", details={"retracted": int(m.group(1)) if m else None}, fmt=key)
+    # "Decode batch." / "Prefill batch." (≤ 0.5.3.post3) or "Decode batch, " / "Decode batch [12], " (0.5.4+)
+    key = "batch_period" if msg[12:14] == ". " or msg[13:15] == ". " else "batch_comma"
+    det: dict[str, Any] = {"stage": "decode" if msg[0] == "D" else "prefill"}
+    for name, val in _STATS.findall(msg):
+        det[_STAT_KEYS[name]] = float(val) if "usage" in name else int(val)
+    return Event("serve", details=det, fmt=key)
+
+
+def _max(msg: str) -> Event | None:
+    m = _PROFILED.match(msg)
+    if m is None:
+        return None
+    det = {"profiled_tokens": int(m.group(2)), "max_total_tokens_arg": int(m.group(1))}
+    return Event("note", "kv_pool", details=det)
+
+
+def _the(msg: str) -> Event | None:
+    if msg.startswith("The server is fired up and ready to roll"):
+        return Event("fired")  # the HTTP server after its warmup request: startup finished (every release)
+    m = _KT_BUDGET.match(msg)
+    return None if m is None else Event("note", "kv_pool", details={"budget_gib": float(m.group(1))})
+
+
+def _registering(msg: str) -> Event | None:
+    m = _REGISTER.match(msg)
+    return KNOWN if m is None else Event("registered", details={"graph_addresses": int(m.group(1))})
 
 
 def _load(msg: str) -> Event | None:
@@ -213,6 +285,8 @@ def _kv_alloc(msg: str, m: re.Match[str] | None = None) -> Event | None:
 
 
 def _kv(msg: str) -> Event | None:
+    if msg.startswith("KV cache is forced as chunk cache for decode server"):
+        return Event("mode", details={"mode": "decode"})  # printed only by decode servers (PD disaggregation)
     if msg.startswith("KV Cache skipped"):
         return Event("kv", "kv_pool", details={"noop_pool": True})
     return _kv_alloc(msg)
@@ -366,10 +440,14 @@ def _capture(msg: str) -> Event | None:
     return Event(kind, phase, _num(f, "avail mem"), _num(f, "mem usage"), elapsed, det)
 
 
+_CUT_TQDM = ("Capturing batches", "Capturing num tokens", "Capturing prefill shape")
+
+
 def _capturing(msg: str) -> Event | None:
     m = _TQDM.match(msg)
     if m is None:
-        return None
+        # a tqdm frame cut before its numbers (ktransformers-1854.log ends on a bare "Capturing batches")
+        return KNOWN if msg.rstrip() in _CUT_TQDM else None
     phase = "decode_graph" if m.group("what") == "batches" else "prefill_graph"
     det: dict[str, Any] = {"bs": int(m.group("bs")) if m.group("bs") else None}
     if m.group("n") is not None:
@@ -429,4 +507,6 @@ _BY_HEAD = {
     "Allocating": _allocating,
     "Found": _found,
     "Pre-allocating": _symm,
+    "The": _the,
+    "Registering": _registering,
 }

@@ -1,0 +1,234 @@
+"""What a log's own lines say about the run's arguments and its memory fraction, each with where it came from.
+
+Arguments: server_args and the launch command come first (`identity.args_of`); the lines then fill what
+those leave out — the captured batch sizes ("Capture cuda graph bs [1, 2, 4, …]" and its successors), the
+scheduler's ready line (chunked_prefill_size, max_prefill_tokens, context_len, and max_running_requests as
+sglang resolved it), the piecewise/prefill token list, draft/verify graphs (speculative decoding), a
+`max_total_tokens` sglang quotes back. Every value's origin goes to `Measurement.args_from`.
+
+The fraction: printed (server_args, command, "Memory profiling: mem_fraction_static="), else implied from the
+KV budget sglang sized, else unknown. sglang sizes the pool (model_runner.profile_max_num_token, every
+release since 0.4) as `rest = avail_after_weights − free_at_start × (1 − mfs)`, so
+`mfs = 1 − (avail_after_weights − kv_budget) / free_at_start`. The pool printed is at most the budget (it is
+capped by --max-total-tokens, rounded to pages), so a fraction implied from the printed pool is a lower
+bound unless nothing can have capped it; the log's 0.01 GB printing gives it an uncertainty, shown.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from profiler.measurement import Measurement, Phase, Rank
+
+GIB = 1024.0
+PRINT_GIB = 0.005  # sglang prints GiB with two decimals: each number is ±0.005 GiB
+#: An implied fraction below this means the pool was capped, not sized by the fraction (no release's auto
+#: value is this low on a GPU a model fits on; a user-given one this low is printed, not implied).
+MIN_IMPLIED = 0.3
+# Scheduler-line values sglang resolved after the memory heuristic ran: evidence, not heuristic inputs.
+RESOLVED_AFTER_HEURISTIC = ("max_running_requests",)
+
+
+def log_args(m: Measurement) -> tuple[dict[str, Any], dict[str, str], list[str]]:
+    """(args the lines print that server_args/command left out, their origins, notes)."""
+    a = m.args
+    out: dict[str, Any] = {}
+    frm: dict[str, str] = {}
+    notes: list[str] = []
+
+    def put(key: str, value: Any, where: str) -> None:
+        if key in a or key in out or value is None:
+            return
+        out[key] = value
+        frm[key] = where
+
+    graph_cfg = "cuda_graph_config" in a
+    for r in _ranks_primary_first(m):
+        ready = r.phase("ready")
+        if ready is not None:
+            d = ready.details
+            chunk = d.get("chunked_prefill_size")
+            attn_dp = _attn_dp(a)
+            if isinstance(chunk, int) and chunk > 0 and attn_dp > 1:
+                notes.append(f"chunked_prefill_size {chunk} on the ready line (line {ready.line}) is per DP rank: "
+                             f"sglang divides it by attn_dp {attn_dp} after the memory heuristic, which saw "
+                             f"{chunk * attn_dp}")  # fmt: skip
+                put("chunked_prefill_size", chunk * attn_dp, f"log line {ready.line} (× attn_dp {attn_dp})")
+            else:
+                put("chunked_prefill_size", chunk, f"log line {ready.line}")
+            put("max_prefill_tokens", d.get("max_prefill_tokens"), f"log line {ready.line}")
+            put("context_length", d.get("context_len"), f"log line {ready.line} (context_len)")
+            put("max_running_requests", d.get("max_running_requests"), f"log line {ready.line} (resolved by sglang)")
+        for p in r.phases:
+            d = p.details
+            line = d.get("bs_list_line", p.line)
+            if p.name == "decode_graph" and not graph_cfg and "cuda_graph_bs" not in a:
+                bs = d.get("bs_list")
+                if isinstance(bs, list) and bs and "cuda_graph_max_bs" not in a:
+                    put("cuda_graph_bs", list(bs), f"log line {line} (captured bs list)")
+                    put("cuda_graph_max_bs", max(bs), f"log line {line} (largest captured bs)")
+                if isinstance(d.get("backend"), str) and "cuda_graph_backend_decode" not in a:
+                    put("cuda_graph_backend_decode", d["backend"], f"log line {p.line} (decode capture backend)")
+            elif p.name == "prefill_graph" and not graph_cfg:
+                bs = d.get("bs_list")
+                if isinstance(bs, list) and bs:
+                    key = "cuda_graph_bs_prefill" if d.get("backend") not in (None, "piecewise") else (
+                        "piecewise_cuda_graph_tokens")  # fmt: skip
+                    if "cuda_graph_bs_prefill" not in a and "piecewise_cuda_graph_tokens" not in a:
+                        put(key, list(bs), f"log line {line} (captured token list)")
+                if isinstance(d.get("backend"), str) and d["backend"] != "piecewise":
+                    put("cuda_graph_backend_prefill", d["backend"], f"log line {p.line} (prefill capture backend)")
+            elif p.name in ("draft_graph", "verify_graph", "draft_extend_graph"):
+                if "speculative_algorithm" not in a:
+                    put("speculative_algorithm", "EAGLE", f"log line {p.line} (a {p.name.replace('_', ' ')} was "
+                        "captured; the algorithm is not printed: EAGLE-family assumed)")  # fmt: skip
+                n = d.get("num_tokens_per_req")
+                if p.name == "verify_graph" and isinstance(n, int):
+                    put("speculative_num_draft_tokens", n, f"log line {p.line} (verify graph num_tokens_per_req)")
+            elif p.name == "kv_pool":
+                put("max_total_tokens", d.get("max_total_tokens_arg"), f"log line {p.line} (quoted by sglang)")
+    if "speculative_algorithm" in frm:
+        notes.append("speculative decoding from a captured draft/verify graph: its algorithm is not printed "
+                     "(EAGLE, EAGLE3 and NEXTN size alike in every rule set; STANDALONE would differ in "
+                     "0.5.12–0.5.13)")  # fmt: skip
+    return out, frm, notes
+
+
+def _ranks_primary_first(m: Measurement) -> list[Rank]:
+    p = m.primary
+    return ([p] if p is not None else []) + [r for r in m.ranks if r is not p]
+
+
+def _attn_dp(a: dict[str, Any]) -> int:
+    v = a.get("attn_dp_size")
+    if isinstance(v, int) and v > 1:
+        return v
+    if a.get("enable_dp_attention") is True and isinstance(a.get("dp_size"), int):
+        return int(a["dp_size"])
+    return 1
+
+
+class Fraction(NamedTuple):
+    """The run's mem_fraction_static as the log supports it."""
+
+    value: float | None
+    origin: str  # given | auto | implied | unknown
+    how: str
+    plus_minus: float | None = None  # implied: uncertainty from the 0.01 GB printing
+    bound: str = ""  # "lower": from a pool that may have been capped; "upper": from the free memory after it
+
+
+def printed_fraction(m: Measurement, has_command: bool, command_sets_it: bool) -> Fraction | None:
+    """The fraction the text prints, and who chose it (None when it prints none)."""
+    v = m.args.get("mem_fraction_static")
+    where = m.args_from.get("mem_fraction_static", m.args_source)
+    if not isinstance(v, int | float) or isinstance(v, bool):
+        for r in m.ranks:
+            for p in r.phases_named("kv_pool"):
+                w = p.details.get("memprof_mem_fraction_static")
+                if isinstance(w, int | float):
+                    v, where = float(w), f"log line {p.line} ('Memory profiling: mem_fraction_static=')"
+                    break
+    if not isinstance(v, int | float) or isinstance(v, bool):
+        return None
+    if command_sets_it:
+        return Fraction(float(v), "given", "set on the launch command")
+    if has_command:
+        return Fraction(float(v), "auto", f"printed ({where}); not on the launch command, so sglang chose it")
+    return Fraction(float(v), "unknown", f"printed ({where}); whether the user set it is unknown (no command)")
+
+
+def implied_fraction(m: Measurement) -> Fraction | None:
+    """The fraction implied by the KV budget sglang sized on a rank that prints the three numbers."""
+    for r in _ranks_primary_first(m):
+        f = _implied_on(m, r)
+        if f is not None:
+            return f
+    return None
+
+
+def _implied_on(m: Measurement, r: Rank) -> Fraction | None:
+    w = r.phase("weights")
+    kv = r.phase("kv_pool")
+    if w is None or kv is None:
+        return None
+    start, d_start, start_how = _free_at_start(r, w)
+    if start is None or start <= 0:
+        return None
+    budget, d_budget, budget_how, capped = _budget(m, kv)
+    label = f"rank '{r.label}'" if r.label else "the worker"
+    if budget is None or w.after is None or w.after.free_mib is None:
+        return _upper_bound(kv, start, start_how, label)
+    after = w.after.free_mib / GIB
+    frac = 1 - (after - budget) / start
+    err = (PRINT_GIB + d_budget) / start + abs(after - budget) * d_start / start**2
+    arith = (f"1 − (avail after weights {after:.2f} − {budget_how} {budget:.2f}) / free at start "
+             f"{start:.2f} ({start_how}) = {frac:.3f} ± {err:.3f}, on {label}")  # fmt: skip
+    if frac > 1 + err or frac <= 0:
+        return Fraction(None, "unknown", f"the KV numbers do not fit sglang's sizing ({arith}): fraction unknown")
+    if frac < MIN_IMPLIED:
+        return Fraction(None, "unknown", f"the KV pool is far smaller than the fraction allows ({arith}): "
+                        "it was capped (e.g. --max-total-tokens), so the fraction is unknown")  # fmt: skip
+    how = f"implied: {arith}"
+    if capped:
+        how += f"; a lower bound ({capped})"
+    return Fraction(round(frac, 3), "implied", how, round(err, 4), "lower" if capped else "")
+
+
+def _upper_bound(kv: Phase, start: float, start_how: str, label: str) -> Fraction | None:
+    """No pool size printed: the free memory right after the pool is start × (1 − mfs) less whatever else the
+    pool step allocated, so 1 − pool_end / start is at least the fraction (an upper bound)."""
+    if kv.after is None or kv.after.free_mib is None:
+        return None
+    end = kv.after.free_mib / GIB
+    frac = 1 - end / start
+    if frac < MIN_IMPLIED or frac > 1:
+        return None
+    how = (f"implied upper bound: 1 − free after the KV pool {end:.2f} / free at start {start:.2f} ({start_how}) "
+           f"= {frac:.3f}, on {label} (no pool size printed; anything else the pool step allocated lowers "
+           "it)")  # fmt: skip
+    return Fraction(round(frac, 3), "implied", how, None, "upper")
+
+
+def _free_at_start(r: Rank, w: Phase) -> tuple[float | None, float, str]:
+    base = r.phase("baseline")
+    if base is not None and isinstance(base.details.get("pre_model_load_mib"), int | float):
+        return base.details["pre_model_load_mib"] / GIB, PRINT_GIB, "pre_model_load"
+    if w.before is not None and w.before.free_mib is not None:
+        return w.before.free_mib / GIB, PRINT_GIB, "'Load weight begin' avail mem"
+    if w.after is not None and w.after.free_mib is not None and w.usage_mib is not None:
+        s = (w.after.free_mib + w.usage_mib) / GIB
+        return s, 2 * PRINT_GIB, "avail after weights + weights mem usage"
+    return None, 0.0, ""
+
+
+def _budget(m: Measurement, kv: Phase) -> tuple[float | None, float, str, str]:
+    """(KV budget GiB, its uncertainty, what it is, why it may be only a lower bound)."""
+    d = kv.details
+    if isinstance(d.get("budget_mib"), int | float):
+        return d["budget_mib"] / GIB, PRINT_GIB, "KV budget", ""
+    parts = []
+    if isinstance(d.get("swa_kv_mib"), int | float):
+        parts.append(("SWA+full pools", d["swa_kv_mib"], 1))
+    else:
+        k, v, kvs = d.get("k_mib"), d.get("v_mib"), d.get("kv_mib")
+        if isinstance(k, int | float) and isinstance(v, int | float):
+            parts.append(("K+V", k + v, 2))
+        elif isinstance(kvs, int | float):
+            parts.append(("KV", kvs, 1))
+        for extra in d.get("extra_pools") or []:
+            parts.append(("K+V", extra.get("mib") or 0.0, 2))
+    if isinstance(d.get("mamba_mib"), int | float):
+        parts.append(("mamba", d["mamba_mib"], 2))
+    if not parts or not any(p[1] for p in parts):
+        return None, 0.0, "", ""
+    total = sum(p[1] for p in parts) / GIB
+    n_printed = sum(p[2] for p in parts)
+    what = " + ".join(dict.fromkeys(p[0] for p in parts))
+    capped = []
+    if "max_total_tokens" in m.args:
+        capped.append(f"max_total_tokens={m.args['max_total_tokens']} caps the pool")
+    labelled = [x for r in m.ranks for p in r.phases_named("kv_pool") for x in p.details.get("labelled_pools") or []]
+    if labelled:
+        capped.append("other per-token pools share the budget")
+    return total, n_printed * PRINT_GIB, f"KV pool ({what})", "; ".join(capped)
