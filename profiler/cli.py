@@ -20,8 +20,12 @@ def _cmd_explain(a: argparse.Namespace) -> int:
     from profiler.explain import compare_rules, explain, render_compare, render_text
     from profiler.heuristic import rules_for
     from profiler.scenario import load_scenarios
+    from profiler.validation import check
 
     scenarios = load_scenarios(a.scenario)
+    validation = check(scenarios, None if a.compare_rules else a.rules, enabled=not a.no_validate)
+    if not validation.validated:
+        print(f"note: {validation.summary()}", file=sys.stderr)
     if a.compare_rules:
         ra_, rb_ = rules_for(a.compare_rules[0]), rules_for(a.compare_rules[1])
         pairs = [(s, *compare_rules(s, ra_, rb_)) for s in scenarios]
@@ -41,7 +45,7 @@ def _cmd_explain(a: argparse.Namespace) -> int:
             print("\n\n".join(render_compare(s, x, y) for s, x, y in pairs))
         return 0
     rules = rules_for(a.rules)
-    exps = [explain(s, rules, a.free_at_start) for s in scenarios]
+    exps = [explain(s, rules, a.free_at_start, validation) for s in scenarios]
     if a.oracle:
         from profiler.oracle import resolve_scenario
 
@@ -122,8 +126,11 @@ def _cmd_run(a: argparse.Namespace) -> int:
 
     from profiler.runner.run import run_scenario
     from profiler.runner.summary import render_run
+    from profiler.validation import check
 
     s = _pick(a.scenario_file, a.scenario)
+    v = check([s], enabled=not a.no_validate)
+    print(v.summary() if v.validated else f"note: {v.summary()}", file=sys.stderr)
     out = Path(a.out) if a.out else Path("results/runs") / f"{s.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     res = run_scenario(
         s,
@@ -176,6 +183,7 @@ def _cmd_sweep(a: argparse.Namespace) -> int:
         ray_address=a.ray_address,
         device=a.device,
         parallel=a.parallel,
+        validate=not a.no_validate,
     )
 
 
@@ -195,6 +203,7 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
         help="default: cuda when nvidia-smi sees a GPU, else the CPU fallback (plan, one smoke worker, logs, report)",
     )
     p.add_argument("--parallel", type=int, default=1, help="CPU workers at once with --device cpu (default 1)")
+    p.add_argument("--no-validate", action="store_true", help="do not resolve the scenarios with sglang first")
     p.set_defaults(func=_cmd_sweep)
 
 
@@ -274,6 +283,7 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
         choices=("mooncake_tcp", "mooncake", "nixl"),
         help="prefill workers' KV transfer engine (default mooncake_tcp)",
     )
+    p.add_argument("--no-validate", action="store_true", help="do not resolve the scenario with sglang first")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_run)
     p = sub.add_parser("selfcheck", help="check the probe's memory attribution on this CUDA machine (no sglang)")
@@ -289,6 +299,9 @@ def _add_explain(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--compare-rules", nargs=2, metavar=("A", "B"), help="show term by term how two releases differ")
     p.add_argument("--free-at-start", type=float, metavar="MIB", help="free GPU memory at start (default: capacity)")
     p.add_argument("--oracle", action="store_true", help="also resolve with the installed sglang and print both")
+    p.add_argument(
+        "--no-validate", action="store_true", help="do not resolve the scenarios with sglang's own resolver first"
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_cmd_explain)
 

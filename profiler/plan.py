@@ -11,10 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from profiler.a2a import report_for
 from profiler.errors import MemfracError
 from profiler.explain import kv_budget
 from profiler.heuristic import Reservation, inputs_from_scenario, reserve, rules_for
 from profiler.scenario import Scenario, scenario_dict
+from profiler.validation import Validation
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,7 @@ class Plan:
     gpus: list[int]
     reservations: dict[str, Reservation] = field(default_factory=dict)
     unplaceable: list[tuple[RunGroup, str]] = field(default_factory=list)
+    validation: Validation | None = None  # sglang's own resolution of every scenario (None: not asked)
 
     @property
     def starts_saved(self) -> int:
@@ -101,14 +104,21 @@ def assign_gpus(
     return placed, bad
 
 
-def make_plan(scenarios: list[Scenario], gpus: list[int], release: str = "0.5.23") -> Plan:
+def make_plan(scenarios: list[Scenario], gpus: list[int], release: str = "0.5.23", validate: bool = False) -> Plan:
+    """Group, pack and reserve; with `validate`, sglang's own resolver first refuses what it refuses
+    (`profiler.validation.check`: one line per refused scenario, before anything starts)."""
     if not scenarios:
         raise MemfracError("no scenarios to sweep")
+    validation = None
+    if validate:
+        from profiler.validation import check
+
+        validation = check(scenarios, release if release != "0.5.23" else None)
     rules = rules_for(release)
     res = {s.name: reserve(inputs_from_scenario(s), rules) for s in scenarios}
     runs = group_scenarios(scenarios, {n: r.resolved.decode_max_bs for n, r in res.items()})
     _, bad = assign_gpus(runs, gpus)
-    return Plan(scenarios, runs, gpus, res, bad)
+    return Plan(scenarios, runs, gpus, res, bad, validation)
 
 
 def _gib(x: float) -> str:
@@ -127,6 +137,8 @@ def render_plan(plan: Plan, *, per_term: bool = True) -> str:
         lines.append(f"  run {r.key}: {r.gpus_needed} GPU(s) {gpus}{shared}")
     for r, why in bad:
         lines.append(f"  run {r.key}: NOT RUNNABLE: {why}")
+    if plan.validation is not None:
+        lines.append(("" if plan.validation.validated else "note: ") + plan.validation.summary())
     lines.append(
         "heuristic reservation per scenario (sglang rules " + next(iter(plan.reservations.values())).rules + "):"
     )
@@ -140,6 +152,19 @@ def render_plan(plan: Plan, *, per_term: bool = True) -> str:
         if per_term:
             on = [f"{t.name} {_gib(t.mib)}" for t in r.terms if t.on and t.mib]
             lines.append(f"      {' · '.join(on)}")
+        a2a = report_for(s, r)
+        if a2a is not None:
+            lines.append("      " + a2a_line(a2a))
+        v = plan.validation
+        if (
+            v is not None
+            and v.validated
+            and v.fraction(s.name) is not None
+            and v.fraction(s.name) != r.heuristic_fraction
+        ):
+            lines.append(
+                f"      ! sglang {v.release} resolves {v.fraction(s.name)}; the model says {r.heuristic_fraction}"
+            )
         kv = kv_budget(s, r.mem_fraction_static)
         if kv.budget_mib <= 0:
             lines.append(
@@ -147,3 +172,26 @@ def render_plan(plan: Plan, *, per_term: bool = True) -> str:
                 f"mfs {r.mem_fraction_static:.3f} of {s.gpu.total_mib} MiB: expect it to fail at load"
             )
     return "\n".join(lines)
+
+
+def a2a_line(a: object) -> str:
+    """One line: the all-to-all buffer beside its reserve (`profiler.a2a.A2AReport`)."""
+    from profiler.a2a import A2AReport
+
+    assert isinstance(a, A2AReport)
+    z = a.size
+    head = f"{z.backend} all-to-all buffer"
+    if z.fails:
+        return f"! {head}: creation fails — {z.fails}"
+    if z.device_mib is None:
+        return f"{head}: size unknown ({z.note.split(';')[0]}); reserve {_gib(a.reserve_mib)} GiB"
+    verdict = {
+        "oom": "larger than every non-KV term together: expect an OOM at capture or first dispatch",
+        "over_reserve": f"exceeds its reserve by {_gib(a.excess_mib or 0)} GiB",
+        "fits": "fits its reserve",
+    }[a.verdict]
+    ranks = a.inputs.num_ranks if a.inputs else "?"
+    return (
+        f"{head} {_gib(z.device_mib)} GiB ({z.tokens_per_rank} dispatch tokens/rank, {ranks} ranks) "
+        f"vs reserve {_gib(a.reserve_mib)} GiB: {verdict}"
+    )
