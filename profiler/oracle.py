@@ -141,11 +141,13 @@ class _Patches:
             pass
         if self.capability is not None:
             try:
-                from sglang.srt.runtime_context import override_platform
+                from sglang.srt import runtime_context as rc
             except ImportError:  # releases before the platform context: nothing reads these facts there
-                pass
-            else:
-                self._platform = override_platform(**platform_facts(self.capability))
+                rc = None
+            if rc is not None and hasattr(rc, "override_platform"):
+                known = set(getattr(rc, "_PLATFORM_PROBES", {})) | set(getattr(rc, "_PLATFORM_VALUES", {}))
+                facts = {k: v for k, v in platform_facts(self.capability).items() if not known or k in known}
+                self._platform = rc.override_platform(**facts)
                 self._platform.install()
                 self.names.append(
                     f"sglang.srt.runtime_context.override_platform(sm{self.capability[0]}{self.capability[1]})"
