@@ -92,7 +92,7 @@ def test_bad_argument_comes_back_as_sglangs_message(resolver):
     assert o.mem_fraction_static is None and "invalid choice: 'both'" in o.error
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _old_release_results(release: str):
     """The conformance grid and the a2a grid resolved by one older release, in one subprocess (its import
     dominates the cost: one start per release serves both tests)."""
