@@ -541,3 +541,64 @@ def report_for(s: Scenario, r: Reservation) -> A2AReport | None:
     if inp is not None and inp.nnodes > 1:
         notes.append(f"tp {s.tp} spans {inp.nnodes} nodes of 8 GPUs (assumed)")
     return A2AReport(size, a2a_reserve_mib(r), r.reserved_mib, inp, tuple(notes))
+
+
+# ------------------------------------------------------------------------------------------------------
+# From what a worker passed (the probe's `a2a_buffer` phase)
+# ------------------------------------------------------------------------------------------------------
+
+
+def size_from_call(name: str, args: Mapping[str, Any]) -> A2ASize | None:
+    """memfrac's size from the arguments sglang passed to the backend's buffer creation (None: not sized).
+
+    `args` are the probe's: the creation function's own argument names, plus num_ranks (the group's size).
+    """
+    if name not in BACKENDS or not BACKENDS[name].sized:
+        return None
+    g = args.get
+    try:
+        ranks = int(g("num_ranks") or 0)
+        if name in ("deepep", "mooncake", "nixl"):
+            inp = A2AInputs(
+                name, int(g("hidden_size")), int(g("num_experts")), 0, ranks,
+                int(g("num_max_dispatch_tokens_per_rank")), deepep_mode=str(g("deepep_mode") or "auto"),
+            )  # fmt: skip
+        elif name == "deepep_v2":
+            inp = A2AInputs(
+                name, int(g("hidden_size")), 0, int(g("router_topk") or 0), ranks,
+                int(g("num_max_dispatch_tokens_per_rank")), fp8_dispatch=bool(g("use_fp8_dispatch")),
+                deepep_v2_mode="hybrid" if g("allow_hybrid_mode") else "direct",
+            )  # fmt: skip
+        elif name == "pplx":
+            hidden = int(g("hidden_dim"))
+            return A2ASize(
+                "pplx", int(g("max_num_tokens")),
+                *(2 * [pplx_intranode_bytes(int(g("max_num_tokens")), int(g("num_experts")), ranks, hidden,
+                                            int(g("hidden_dim_bytes")), int(g("hidden_dim_scale_bytes") or 0))]),
+                source="profiler.a2a.pplx_intranode_bytes (intranode assumed)",
+            )  # fmt: skip
+        elif name == "flashinfer":
+            return None  # sglang computes the workspace itself: reported_bytes reads it
+        else:
+            return None
+    except (TypeError, ValueError):
+        return None
+    return size_for(inp)
+
+
+def reported_bytes(name: str, result: Any, args: tuple) -> int | None:
+    """What the library itself says it allocated, where it says so (read from the created objects)."""
+    try:
+        if name == "flashinfer" and args:
+            return int(args[0].workspace_size)  # FlashinferDispatcher: sglang's moe_a2a_get_workspace_size_per_rank
+        if name == "megamoe" and result is not None:
+            return int(result.buffer.nbytes)  # deep_gemm SymmBuffer: _C.get_symm_buffer_size_for_mega_moe
+        if name == "deepep_v2" and result is not None:
+            return int(result.num_bytes)  # ElasticBuffer.num_bytes (workspace excluded)
+        if name == "mooncake" and result is not None:
+            return int(result.num_ep_buffer_bytes)
+        if name == "nixl" and result is not None:
+            return int(result.num_rdma_bytes)
+    except (AttributeError, TypeError, ValueError):
+        return None
+    return None

@@ -62,9 +62,7 @@ def _install(rec: Any, patches: list[str]) -> None:
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
             "pytorch_cuda_alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
             "patches": patches,
-            "targets": [
-                {"phase": r.target.phase, "path": r.target.path, "ok": r.ok, "note": r.note} for r in resolutions
-            ],
+            "targets": [_target_record(r) for r in resolutions],
         }
     )
     missing = [r for r in resolutions if not r.ok and r.target.required]
@@ -73,11 +71,19 @@ def _install(rec: Any, patches: list[str]) -> None:
         return
     for r in resolutions:
         if r.ok:
-            HookRegistry.register(r.target.path, _HOOKS[r.target.kind](rec, r.target.phase), HookType.AROUND)
+            t = r.target
+            hook = _a2a_hook(rec, t) if t.kind == "a2a" else _HOOKS[t.kind](rec, t.phase)
+            HookRegistry.register(t.path, hook, HookType.AROUND)
     atexit.register(rec.flush_runtime)
 
 
 Hook = Callable[..., Any]
+
+
+def _target_record(r: Any) -> dict[str, Any]:
+    t = r.target
+    return {"phase": t.phase, "path": t.path, "ok": r.ok, "note": r.note, "required": t.required,
+            "backend": t.backend or None}  # fmt: skip
 
 
 def _phase_hook(rec: Any, phase: str, after: Callable[[Any, Any, tuple, dict], None] | None = None) -> Hook:
@@ -159,38 +165,58 @@ def _ladder_hook(rec: Any, phase: str) -> Hook:
     return hook
 
 
-def _deepep_hook(rec: Any, phase: str) -> Hook:
-    """Measure only the first creation (later calls return the cached buffer: the hot path stays cheap)."""
+def _scalar(v: Any) -> Any:
+    """An argument as JSON: numbers, strings, enums by value, process groups by size; None otherwise."""
+    if isinstance(v, bool | int | float | str) or v is None:
+        return v
+    if hasattr(v, "value") and isinstance(v.value, str | int):
+        return v.value
+    if hasattr(v, "itemsize"):  # torch dtypes
+        return str(v)
+    return None
+
+
+def _a2a_hook(rec: Any, target: Any) -> Hook:
+    """Measure the first creation of one backend's all-to-all buffer (later calls return the cached buffer,
+    so the hot path stays one flag check). Details: backend, the arguments sglang passed, the EP group size,
+    memfrac's analytic size from those arguments (`profiler.a2a.size_from_call`) and, where the library says
+    what it allocated, reported_bytes."""
+    import inspect
+
+    done = [False]
+    sig: list[Any] = []
 
     def hook(original: Hook, *args: Any, **kwargs: Any) -> Any:
-        try:
-            first = args[0]._state().buffer is None
-        except Exception:
-            first = False
-        if not first:
+        if done[0]:
             return original(*args, **kwargs)
-        names = (
-            "group",
-            "hidden_size",
-            "param_bytes",
-            "deepep_mode",
-            "num_max_dispatch_tokens_per_rank",
-            "num_experts",
-        )
-        given = dict(zip(names, args[1:], strict=False)) | kwargs
+        done[0] = True
+        given: dict[str, Any] = {}
+        try:
+            if not sig:
+                sig.append(inspect.signature(original))
+            bound = sig[0].bind_partial(*args, **kwargs).arguments
+            group = bound.get("group")
+            if group is not None and hasattr(group, "size"):
+                given["num_ranks"] = int(group.size())
+            for k, v in bound.items():
+                if k not in ("self", "cls", "group") and _scalar(v) is not None:
+                    given[k] = _scalar(v)
+        except Exception as e:
+            given["probe_note"] = f"arguments not read: {type(e).__name__}: {e}"
 
-        def after(fr: Any, _r: Any, _a: tuple, _k: dict) -> None:
-            grp = given.get("group")
-            fr.details.update(
-                hidden=given.get("hidden_size"),
-                param_bytes=given.get("param_bytes"),
-                mode=str(getattr(given.get("deepep_mode"), "value", given.get("deepep_mode"))),
-                tokens_per_rank=given.get("num_max_dispatch_tokens_per_rank"),
-                num_experts=given.get("num_experts"),
-                num_ranks=grp.size() if grp is not None and hasattr(grp, "size") else None,
-            )
+        def after(fr: Any, result: Any, a: tuple, _k: dict) -> None:
+            from profiler.a2a import reported_bytes, size_from_call
 
-        return _phase_hook(rec, phase, after)(original, *args, **kwargs)
+            fr.details.update(backend=target.backend, args=given)
+            size = size_from_call(target.backend, given)
+            if size is not None:
+                fr.details.update(analytic_bytes=size.analytic_bytes, device_bytes=size.device_bytes,
+                                  analytic_source=size.source, fails=size.fails or None)  # fmt: skip
+            rep = reported_bytes(target.backend, result, a)
+            if rep is not None:
+                fr.details["reported_bytes"] = rep
+
+        return _phase_hook(rec, target.phase, after)(original, *args, **kwargs)
 
     return hook
 
@@ -215,6 +241,5 @@ _HOOKS: dict[str, Callable[[Any, str], Hook]] = {
     "baseline": lambda rec, phase: _phase_hook(rec, phase, _baseline_after),
     "budget": _budget_hook,
     "ladder": _ladder_hook,
-    "deepep": _deepep_hook,
     "runtime": _runtime_hook,
 }
