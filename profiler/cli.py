@@ -320,6 +320,27 @@ def _add_deepep(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_cmd_deepep_size)
 
 
+def _cmd_audit(a: argparse.Namespace) -> int:
+    from profiler.audit import run_audit
+
+    return run_audit(a.models, a.gpus, a.modes, a.backends, a.calibration, a.out, a.rules)
+
+
+def _add_audit(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "audit",
+        help="the heuristic over every bundled model x GPU x role x parallelism x a2a backend: where it misreserves",
+    )
+    p.add_argument("--models", nargs="+", metavar="MODEL", help="bundled model directories (default: all)")
+    p.add_argument("--gpus", nargs="+", metavar="GPU", help="bundled GPU names (default: the whole table)")
+    p.add_argument("--modes", nargs="+", choices=("null", "prefill", "decode"), help="PD roles (default: all)")
+    p.add_argument("--backends", nargs="+", metavar="BACKEND", help="moe_a2a_backend values (default: all 12)")
+    p.add_argument("--calibration", metavar="FILE", help="calibration.json (memfrac calibrate --out): under-reserved")
+    p.add_argument("--rules", default="0.5.23", help="sglang release whose rules to apply (default 0.5.23)")
+    p.add_argument("--out", default="results/audit", help="directory for audit.parquet, findings and heat maps")
+    p.set_defaults(func=_cmd_audit)
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="memfrac",
@@ -334,6 +355,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sweep(sub)
     _add_gate(sub)
     _add_report(sub)
+    _add_audit(sub)
     return ap
 
 
