@@ -573,7 +573,8 @@ def calibrated_reserve(df: pd.DataFrame, c: Mapping[str, Constant]) -> pd.Series
 
 
 def findings(df: pd.DataFrame) -> pd.DataFrame:
-    """Findings by kind: kind, scope, configurations, share (of the feasible configurations unless said), detail.
+    """Findings by kind: kind, scope, configurations, share (of the feasible configurations in that scope: the
+    role or the backend; of all accepted for weights_exceed_gpu, of all for sglang_refuses), detail.
 
     Feasible: sglang accepts it and the weights alone fit on the GPU (weights_exceed_gpu counts the rest
     once: no fraction could run them, so they say nothing about the heuristic)."""
@@ -594,10 +595,12 @@ def findings(df: pd.DataFrame) -> pd.DataFrame:
     worst = -nofit["kv_budget_mib"].min() / 1024 if len(nofit) else 0.0
     add("weights_do_not_fit", "all", nofit, f"worst: weights exceed fraction × capacity by {worst:.1f} GiB")
     fl = ok[ok["floor_mib"] > 0]
+    per_mode = ok["mode"].value_counts()
+    per_backend = ok["backend"].value_counts()
     for mode, g in fl.groupby("mode", observed=True):
         add("floor_decides", f"{mode} nodes", g,
             f"KV given up: median {g['floor_mib'].median() / 1024:.2f} GiB, max {g['floor_mib'].max() / 1024:.2f} GiB "
-            f"(median {int(g['floor_kv_tokens_given_up'].median()):,} tokens)")  # fmt: skip
+            f"(median {int(g['floor_kv_tokens_given_up'].median()):,} tokens)", int(per_mode[mode]))  # fmt: skip
     for verdict, kind in (("oom", "a2a_oom"), ("over_reserve", "a2a_over_reserve"), ("fails", "a2a_fails"),
                           ("unknown", "a2a_size_unknown")):  # fmt: skip
         sel = ok[ok["a2a_verdict"] == verdict]
@@ -609,13 +612,13 @@ def findings(df: pd.DataFrame) -> pd.DataFrame:
                 d = str(g["a2a_fails"].iloc[0])[:90]
             else:
                 d = a2a.BACKENDS[str(b)].unsized_reason.split(":")[0][:90]
-            add(kind, str(b), g, d)
+            add(kind, str(b), g, d, int(per_backend[b]))
     if "calibrated_excess_mib" in ok:
         sel = ok[ok["calibrated_excess_mib"] > 0]
         for mode, g in sel.groupby("mode", observed=True):
             add("under_reserved_calibrated", f"{mode} nodes", g,
                 f"calibrated − today: median {g['calibrated_excess_mib'].median():,.0f} MiB, "
-                f"max {g['calibrated_excess_mib'].max():,.0f} MiB")  # fmt: skip
+                f"max {g['calibrated_excess_mib'].max():,.0f} MiB", int(per_mode[mode]))  # fmt: skip
     big = acc[too_big]
     add("weights_exceed_gpu", "all", big, "the weights alone exceed the GPU (share of all accepted)", len(acc))
     ref = df[~df["accepted"]]
