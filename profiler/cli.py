@@ -23,11 +23,14 @@ def _cmd_explain(a: argparse.Namespace) -> int:
     from profiler.validation import check
 
     scenarios = load_scenarios(a.scenario)
+    if a.compare_rules:
+        ra_, rb_ = rules_for(a.compare_rules[0]), rules_for(a.compare_rules[1])
+    else:
+        rules_for(a.rules)  # an unknown or unmodelled release is refused before sglang is asked
     validation = check(scenarios, None if a.compare_rules else a.rules, enabled=not a.no_validate)
     if not validation.validated:
         print(f"note: {validation.summary()}", file=sys.stderr)
     if a.compare_rules:
-        ra_, rb_ = rules_for(a.compare_rules[0]), rules_for(a.compare_rules[1])
         pairs = [(s, *compare_rules(s, ra_, rb_)) for s in scenarios]
         if a.json:
             out = [

@@ -208,7 +208,14 @@ def validate(scenarios: Sequence[Scenario], rules: str | None = None, *, use_cac
     cached = len(results)
     if todo:
         jobs = [j for _, j, _ in todo]
-        got = _resolve_installed(jobs) if directory is None else resolve_batch_subprocess(jobs, [str(directory)])
+        if directory is None:
+            got = _resolve_installed(jobs)
+        else:
+            try:
+                got = resolve_batch_subprocess(jobs, [str(directory)])
+            except MemfracError as e:  # the release cannot start here: say so, do not pretend it validated
+                last = str(e).strip().splitlines()[-1][:300]
+                return Validation(None, "", reason=f"sglang {release} (side by side) could not run here: {last}")
         for (s, _, key), r in zip(todo, got, strict=True):
             results[s.name] = r
             cache.put(key, r)
