@@ -212,3 +212,19 @@ def test_every_creation_target_names_a_backend():
     assert {b for b, _ in A2A_CREATION} == set(a2a.A2A_BACKENDS) - {"none", "ascend_fuseep", "ascend_tp"}
     a2a_targets = [t for t in TARGETS if t.kind == "a2a"]
     assert all(t.phase == "a2a_buffer" and not t.required and t.backend for t in a2a_targets)
+
+
+def test_explain_shows_the_buffer_beside_the_reserve_and_both_post_capture_answers():
+    from profiler.explain import explain, render_text
+    from profiler.heuristic import rules_for
+
+    s = single_scenario(DSV3, "H200", mode="decode", tp=8, moe_a2a_backend="deepep")
+    e = explain(s, rules_for("0.5.23"))
+    text = render_text(e)
+    assert "all-to-all buffer (deepep), per GPU:" in text
+    assert "on the device        2,400.2 MiB" in text and "reserved for it      2,048.0 MiB" in text
+    assert "exceeds its reserve by 352 MiB" in text  # 2,400.16 − 2,048
+    assert "post-capture KV sizing" in text  # MLA: sglang would not post-capture-size it
+    d = e.as_dict()
+    assert d["a2a"]["device_bytes"] == 2_516_748_064 and d["a2a"]["verdict"] == "over_reserve"
+    assert d["post_capture"]["planned"] is False
