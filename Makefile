@@ -41,6 +41,7 @@ bench: $(STAMP)
 	$(PY) bench/bench_heuristic.py
 	$(PY) bench/bench_ingest.py
 	$(PY) bench/bench_probe.py
+	$(PY) bench/bench_audit.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check profiler tests bench

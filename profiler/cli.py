@@ -20,10 +20,17 @@ def _cmd_explain(a: argparse.Namespace) -> int:
     from profiler.explain import compare_rules, explain, render_compare, render_text
     from profiler.heuristic import rules_for
     from profiler.scenario import load_scenarios
+    from profiler.validation import check
 
     scenarios = load_scenarios(a.scenario)
     if a.compare_rules:
         ra_, rb_ = rules_for(a.compare_rules[0]), rules_for(a.compare_rules[1])
+    else:
+        rules_for(a.rules)  # an unknown or unmodelled release is refused before sglang is asked
+    validation = check(scenarios, None if a.compare_rules else a.rules, enabled=not a.no_validate)
+    if not validation.validated:
+        print(f"note: {validation.summary()}", file=sys.stderr)
+    if a.compare_rules:
         pairs = [(s, *compare_rules(s, ra_, rb_)) for s in scenarios]
         if a.json:
             out = [
@@ -41,7 +48,7 @@ def _cmd_explain(a: argparse.Namespace) -> int:
             print("\n\n".join(render_compare(s, x, y) for s, x, y in pairs))
         return 0
     rules = rules_for(a.rules)
-    exps = [explain(s, rules, a.free_at_start) for s in scenarios]
+    exps = [explain(s, rules, a.free_at_start, validation) for s in scenarios]
     if a.oracle:
         from profiler.oracle import resolve_scenario
 
@@ -140,8 +147,11 @@ def _cmd_run(a: argparse.Namespace) -> int:
 
     from profiler.runner.run import run_scenario
     from profiler.runner.summary import render_run
+    from profiler.validation import check
 
     s = _pick(a.scenario_file, a.scenario)
+    v = check([s], enabled=not a.no_validate)
+    print(v.summary() if v.validated else f"note: {v.summary()}", file=sys.stderr)
     out = Path(a.out) if a.out else Path("results/runs") / f"{s.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     res = run_scenario(
         s,
@@ -199,6 +209,7 @@ def _cmd_sweep(a: argparse.Namespace) -> int:
         ray_address=a.ray_address,
         device=a.device,
         parallel=a.parallel,
+        validate=not a.no_validate,
     )
 
 
@@ -218,6 +229,7 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
         help="default: cuda when nvidia-smi sees a GPU, else the CPU fallback (plan, one smoke worker, logs, report)",
     )
     p.add_argument("--parallel", type=int, default=1, help="CPU workers at once with --device cpu (default 1)")
+    p.add_argument("--no-validate", action="store_true", help="do not resolve the scenarios with sglang first")
     p.set_defaults(func=_cmd_sweep)
 
 
@@ -308,6 +320,7 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
         choices=("mooncake_tcp", "mooncake", "nixl"),
         help="prefill workers' KV transfer engine (default mooncake_tcp)",
     )
+    p.add_argument("--no-validate", action="store_true", help="do not resolve the scenario with sglang first")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_run)
     p = sub.add_parser(
@@ -331,6 +344,9 @@ def _add_explain(sub: argparse._SubParsersAction) -> None:
         metavar="JSON",
         help="a calibration.json (memfrac calibrate --out): today's and the calibrated reserve, fraction, KV tokens",
     )
+    p.add_argument(
+        "--no-validate", action="store_true", help="do not resolve the scenarios with sglang's own resolver first"
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_cmd_explain)
 
@@ -349,6 +365,27 @@ def _add_deepep(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_cmd_deepep_size)
 
 
+def _cmd_audit(a: argparse.Namespace) -> int:
+    from profiler.audit import run_audit
+
+    return run_audit(a.models, a.gpus, a.modes, a.backends, a.calibration, a.out, a.rules)
+
+
+def _add_audit(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "audit",
+        help="the heuristic over every bundled model x GPU x role x parallelism x a2a backend: where it misreserves",
+    )
+    p.add_argument("--models", nargs="+", metavar="MODEL", help="bundled model directories (default: all)")
+    p.add_argument("--gpus", nargs="+", metavar="GPU", help="bundled GPU names (default: the whole table)")
+    p.add_argument("--modes", nargs="+", choices=("null", "prefill", "decode"), help="PD roles (default: all)")
+    p.add_argument("--backends", nargs="+", metavar="BACKEND", help="moe_a2a_backend values (default: all 12)")
+    p.add_argument("--calibration", metavar="FILE", help="calibration.json (memfrac calibrate --out): under-reserved")
+    p.add_argument("--rules", default="0.5.23", help="sglang release whose rules to apply (default 0.5.23)")
+    p.add_argument("--out", default="results/audit", help="directory for audit.parquet, findings and heat maps")
+    p.set_defaults(func=_cmd_audit)
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="memfrac",
@@ -363,6 +400,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sweep(sub)
     _add_gate(sub)
     _add_report(sub)
+    _add_audit(sub)
     return ap
 
 

@@ -42,6 +42,8 @@ __all__ = [
     "low_latency_rdma_size_hint",
     "normal_nvl_size_hint",
     "normal_rdma_size_hint",
+    "v2_elastic_buffer_bytes",
+    "v2_workspace_bytes",
 ]
 
 Mode = Literal["low_latency", "normal", "auto"]
@@ -158,7 +160,9 @@ class DeepEPInputs:
             f"1..{MAX_TOKENS_PER_RANK} (SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK; "
             f"DeepEP's FINISHED_SUM_TAG is 1024)",
         )
-        _check_int("num_ranks", self.num_ranks, 2, None, ">= 2 (an EP group needs at least 2 GPUs)")
+        # sglang builds the buffer even at tp 1; DeepEP then sizes low latency alone (normal mode asserts
+        # 'Unsupported number of EP ranks: 1' in Buffer.get_dispatch_config, checked below)
+        _check_int("num_ranks", self.num_ranks, 1, None, ">= 1")
         if self.num_ranks >= NUM_MAX_NVL_PEERS and self.num_ranks % NUM_MAX_NVL_PEERS:
             raise ValueError(
                 f"num_ranks={self.num_ranks} is not supported by DeepEP; allowed: "
@@ -173,7 +177,8 @@ class DeepEPInputs:
             raise ValueError(f"num_sms={self.num_sms} is odd; allowed: a positive even integer")
         if self.enables_normal and self.num_ranks not in _DISPATCH_CHUNKS:
             raise ValueError(
-                f"num_ranks={self.num_ranks} has no recommended DeepEP config for mode={self.mode!r}; "
+                f"num_ranks={self.num_ranks} has no recommended DeepEP config for mode={self.mode!r} (deep_ep's "
+                f"Buffer.get_dispatch_config asserts 'Unsupported number of EP ranks: {self.num_ranks}'); "
                 f"allowed: {', '.join(map(str, NORMAL_MODE_RANKS))} (or mode='low_latency')"
             )
         if self.enables_low_latency and self.num_experts % self.num_ranks:
@@ -532,3 +537,78 @@ def render_sizes(s: DeepEPSizes) -> str:
         "(NVSHMEM overhead beyond the heap not counted)"
     )
     return "\n".join(out)
+
+
+# ------------------------------------------------------------------------------------------------------
+# DeepEP V2: ElasticBuffer (sglang --moe-a2a-backend deepep_v2)
+# ------------------------------------------------------------------------------------------------------
+# The V2 buffer lives in one NCCL symmetric-memory window: a workspace, then the dispatch/combine buffer.
+# Mirrors deepseek-ai/DeepEP @ 099d5f2b (the commit whose deep_ep/buffers/elastic.py is byte-identical to
+# the one in sgl-deep-ep 0.1.2.post1): csrc/elastic/buffer.hpp (calculate_buffer_size,
+# get_dispatch_buffer_size, get_combine_buffer_size, the constructor's workspace), the token layouts in
+# csrc/kernels/elastic/{dispatch,combine}.hpp and deep_ep/include/deep_ep/common/layout.cuh (TokenLayout,
+# BufferLayout<false>, WorkspaceLayout), kNumTMAAlignBytes = 32 (common/ptx.cuh), symmetric::kNumAlignmentBytes
+# = 2 MiB (kernels/backend/symmetric.hpp), kNumMaxChannels = 8 x 160 (buffer.hpp).
+
+V2_ALIGNMENT_BYTES = 2 * MIB
+_V2_TMA_ALIGN = 32
+_V2_MAX_CHANNELS = 8 * 160
+_V2_MAX_RANKS, _V2_MAX_EXPERTS, _V2_MAX_INFLIGHT_AGRS, _V2_BARRIER_SIGNAL_BYTES = 1024, 2048, 32, 16
+
+
+def _v2_token_bytes(hidden_bytes: int, sf_bytes: int, num_topk: int, with_metadata: bool) -> int:
+    """``TokenLayout::get_num_bytes<false>``: hidden, scale factors and metadata, each 32-byte aligned."""
+    meta = num_topk * (4 + 4) + ((1 + num_topk) * 4 if with_metadata else 0)
+    return sum(_align_up(b, _V2_TMA_ALIGN) for b in (hidden_bytes, sf_bytes, meta))
+
+
+def v2_workspace_bytes() -> int:
+    """``WorkspaceLayout::get_num_bytes()`` aligned to 2 MiB: fixed whatever the model (16 MiB)."""
+    r, e, ch = _V2_MAX_RANKS, _V2_MAX_EXPERTS, _V2_MAX_CHANNELS
+    n = _V2_BARRIER_SIGNAL_BYTES + (r + e) * 8 + r * 8 * 2 + e * 8 * 2 + r * 4 + r * 4 * 2 + e * 4 * 2
+    n += r * ch * 8 + r * ch * 4 + 2 * 2 * 8 + (_V2_MAX_INFLIGHT_AGRS + 1) * r * 4
+    return _align_up(n, V2_ALIGNMENT_BYTES)
+
+
+def v2_elastic_buffer_bytes(
+    tokens_per_rank: int,
+    hidden: int,
+    num_topk: int,
+    num_ranks: int,
+    *,
+    fp8_dispatch: bool = False,
+    hybrid: bool = False,
+    nvl_ranks: int = NUM_MAX_NVL_PEERS,
+    allow_multiple_reduction: bool = True,
+) -> int:
+    """``ElasticBuffer::calculate_buffer_size``: max(dispatch, combine) bytes, aligned to 2 MiB (workspace excluded).
+
+    ``hybrid`` is sglang's ``--deepep-v2-mode hybrid`` (``allow_hybrid_mode``): ranks split into
+    ceil(R / nvl_ranks) scale-out x nvl_ranks scale-up; ``direct`` is one scale-up domain of R ranks (sglang
+    refuses it across nodes). ``num_topk`` 0 sizes for top-32, as DeepEP does. BF16 dispatch unless
+    ``fp8_dispatch`` (then H bytes + ceil(H/32) x 4 bytes of scale packs per token).
+    """
+    if tokens_per_rank <= 0 or hidden <= 0:
+        raise ValueError(f"tokens_per_rank={tokens_per_rank} and hidden={hidden} must be positive (DeepEP asserts it)")
+    topk = num_topk or 32
+    if hybrid and num_ranks > nvl_ranks:
+        if num_ranks % nvl_ranks:
+            raise ValueError(f"num_ranks={num_ranks} is not a multiple of the NVLink domain size {nvl_ranks}")
+        scaleout, scaleup = num_ranks // nvl_ranks, nvl_ranks
+    else:
+        scaleout, scaleup = 1, num_ranks
+    elem = 1 if fp8_dispatch else 2
+    sf = -(-hidden // 32) * 4 if fp8_dispatch else 0
+    d_tok = _v2_token_bytes(hidden * elem, sf, topk, True)
+    c_tok = _v2_token_bytes(hidden * 2, 0, topk, False)
+    t = tokens_per_rank
+    if scaleout == 1:  # direct: NVLink scale-up sends need no send buffer
+        dispatch = num_ranks * t * d_tok
+        combine = (min(num_ranks, topk) if allow_multiple_reduction else topk) * t * c_tok
+    else:
+        dispatch = scaleup * scaleout * t * d_tok + t * d_tok + scaleout * (t + _V2_MAX_CHANNELS) * d_tok
+        up = min(scaleup, topk) if allow_multiple_reduction else topk
+        out = min(scaleout, topk) if allow_multiple_reduction else topk
+        send = 1 if allow_multiple_reduction else topk
+        combine = up * scaleout * t * c_tok + out * t * c_tok + send * scaleout * (t + _V2_MAX_CHANNELS) * c_tok
+    return _align_up(max(dispatch, combine), V2_ALIGNMENT_BYTES)

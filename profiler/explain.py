@@ -8,13 +8,19 @@ Without a measurement memfrac assumes free_at_start = capacity and says so; `--f
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from profiler import ui
+from profiler.a2a import A2AReport, report_for
 from profiler.heuristic import RuleSet, inputs_from_scenario, reserve
 from profiler.heuristic.record import Reservation
 from profiler.modelcfg import dtype_bytes
+from profiler.postcapture import Answers, answers
+from profiler.postcapture import render as render_post_capture
 from profiler.scenario import Scenario
+
+if TYPE_CHECKING:
+    from profiler.validation import Validation
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,21 +61,39 @@ class Explanation:
     scenario: Scenario
     reservation: Reservation
     kv: KvBudget
+    a2a: A2AReport | None = None  # the all-to-all buffer beside its reserve (None: no backend)
+    post_capture: Answers | None = None  # both answers: with and without post-capture KV sizing
+    sglang_release: str | None = None  # the release whose resolver validated the scenario
+    sglang_fraction: float | None = None  # what that resolver resolved
 
     def as_dict(self) -> dict[str, Any]:
         d = self.reservation.as_dict()
-        return {
+        out = {
             "scenario": self.scenario.name,
             "gpu": self.scenario.gpu.name,
             "mode": self.scenario.mode,
             **d,
             "kv": self.kv.as_dict(),
         }
+        if self.sglang_release is not None:
+            out["sglang"] = {"release": self.sglang_release, "mem_fraction_static": self.sglang_fraction}
+        if self.a2a is not None:
+            out["a2a"] = {**self.a2a.size.as_dict(), "reserve_mib": self.a2a.reserve_mib, "verdict": self.a2a.verdict}
+        if self.post_capture is not None:
+            out["post_capture"] = self.post_capture.as_dict()
+        return out
 
 
-def explain(s: Scenario, rules: RuleSet, free_at_start_mib: float | None = None) -> Explanation:
+def explain(
+    s: Scenario, rules: RuleSet, free_at_start_mib: float | None = None, validation: Validation | None = None
+) -> Explanation:
     r = reserve(inputs_from_scenario(s), rules)
-    return Explanation(s, r, kv_budget(s, r.mem_fraction_static, free_at_start_mib))
+    release = validation.release if validation is not None and validation.validated else None
+    return Explanation(
+        s, r, kv_budget(s, r.mem_fraction_static, free_at_start_mib), report_for(s, r),
+        answers(s, rules, free_at_start_mib),
+        release, validation.fraction(s.name) if release else None,
+    )  # fmt: skip
 
 
 def _mib(x: float) -> str:
@@ -107,6 +131,13 @@ def render_text(e: Explanation) -> str:
         would = f"the heuristic would pick {r.heuristic_fraction:.3f}"
         frac_line = f"mem_fraction_static = {r.mem_fraction_static} (given; {would})"
     lines.append(f"{frac_line}    flags: {flags}")
+    if e.sglang_release is not None:
+        agree = (
+            "the model agrees"
+            if e.sglang_fraction == r.heuristic_fraction
+            else f"the model says {r.heuristic_fraction}"
+        )
+        lines.append(f"  sglang {e.sglang_release}'s own resolver: mem_fraction_static = {e.sglang_fraction} ({agree})")
     if "floor_applied" in r.flags:
         lines.append("  the 10 GiB floor dominates: every term above it is swallowed")
     if "fraction_nonpositive" in r.flags:
@@ -116,6 +147,8 @@ def render_text(e: Explanation) -> str:
             f"  not modelled: extra flags {' '.join(s.extra_args)} "
             "(use `memfrac explain --oracle` to resolve with sglang)"
         )
+    if e.a2a is not None:
+        lines += _a2a_lines(e.a2a)
     lines.append("KV cache on one GPU:")
     where = "assumed equal to capacity; no measurement" if kv.free_at_start_assumed else "given"
     lines.append(f"  free at start {_mib(kv.free_at_start_mib)} MiB ({where}) × {r.mem_fraction_static:.3f}")
@@ -127,7 +160,43 @@ def render_text(e: Explanation) -> str:
     lines.append(
         f"  ≈ {kv.tokens:,} tokens" if kv.budget_mib > 0 else "  ≈ 0 tokens: the weights do not fit under this fraction"
     )
+    if e.post_capture is not None and not r.given:
+        lines += render_post_capture(e.post_capture)
     return "\n".join(lines)
+
+
+def _a2a_lines(a: A2AReport) -> list[str]:
+    z = a.size
+    out = [f"all-to-all buffer ({z.backend}), per GPU:"]
+    if z.fails:
+        out.append(f"  ! creating it fails: {z.fails}")
+    if z.device_bytes is None:
+        if z.note:
+            out.append(f"  size unknown: {z.note}")
+        out.append(f"  reserved for it: {_mib(a.reserve_mib)} MiB")
+        return out
+    i = a.inputs
+    if i is not None:
+        out.append(
+            f"  {z.tokens_per_rank} dispatch tokens/rank, {i.num_ranks} rank(s), hidden {i.hidden}, "
+            f"{i.num_experts} experts, top-{i.topk}, mode {i.deepep_mode}"
+        )
+    for name, b in z.parts:
+        out.append(f"  {name.replace('_bytes', ''):<16} {b / 2**20:>10,.1f} MiB")
+    out.append(f"  analytic          {z.analytic_bytes / 2**20:>10,.1f} MiB   ({z.source})")  # type: ignore[operator]
+    if z.device_bytes != z.analytic_bytes:
+        out.append(f"  on the device     {z.device_bytes / 2**20:>10,.1f} MiB   ({z.note.split(';')[0]})")
+    reserve_why = "deepep_a2a + prefill_bcg_deepep" if a.reserve_mib else "sglang reserves nothing for this backend"
+    out.append(f"  reserved for it   {a.reserve_mib:>10,.1f} MiB   ({reserve_why})")
+    verdict = {
+        "oom": "larger than every non-KV term together: expect an OOM at capture or at the first dispatch",
+        "over_reserve": f"exceeds its reserve by {a.excess_mib or 0:,.0f} MiB (the floor or other terms must cover it)",
+        "fits": "fits in its reserve",
+        "fails": "the buffer cannot be created",
+    }[a.verdict]
+    out.append(f"  → {verdict}")
+    out += [f"  note: {n}" for n in a.notes]
+    return out
 
 
 def compare_rules(s: Scenario, a: RuleSet, b: RuleSet) -> tuple[Reservation, Reservation]:

@@ -56,6 +56,10 @@ def server_argv(s: Scenario, release: str = "0.5.23") -> list[str]:
             a += [flag, str(v)]
     if s.moe_a2a_backend != "none":
         a += ["--moe-a2a-backend", s.moe_a2a_backend, "--deepep-mode", s.deepep_mode]
+    if s.moe_runner_backend is not None:
+        a += ["--moe-runner-backend", s.moe_runner_backend]
+    if s.moe_a2a_backend == "deepep_v2" and s.deepep_v2_mode != "direct":
+        a += ["--deepep-v2-mode", s.deepep_v2_mode]
     if s.kv_cache_dtype != "auto":
         a += ["--kv-cache-dtype", s.kv_cache_dtype]
     a += list(s.extra_args)

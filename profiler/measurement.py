@@ -28,7 +28,8 @@ PHASES = (
     "verify_graph",  # speculative target-verify capture
     "draft_graph",  # speculative draft capture
     "draft_extend_graph",
-    "deepep_buffer",  # DeepEP buffer creation (first MoE dispatch; inside warmup or capture)
+    "a2a_buffer",  # an all-to-all backend's buffer creation (first MoE dispatch; inside warmup or capture)
+    "deepep_buffer",  # the same, as probe records before format 2 named DeepEP's
     "finalize",  # finalize_cuda_graph_capture (symmetric memory)
     "post_capture_resize",  # post-capture KV sizing
     "disaggregation_init",
@@ -395,5 +396,6 @@ DETAIL_KEYS = {
         "available_gpu_mem_mib",
     ),
     "baseline": ("pre_model_load_mib",),
+    "a2a_buffer": ("backend", "args", "analytic_bytes", "device_bytes", "reported_bytes", "analytic_source", "fails"),
     "deepep_buffer": ("mode", "tokens_per_rank", "analytic_bytes", "num_experts", "hidden"),
 }  # fmt: skip

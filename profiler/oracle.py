@@ -2,7 +2,9 @@
 
 This is the ground truth the pure model is checked against. On a machine without a GPU it patches only
 what the facts doc names: `get_device_memory_capacity` wherever sglang bound it by name (so the GPU size is
-the scenario's) and the default prefill graph backend (breakable, as on CUDA). On a CUDA machine nothing
+the scenario's) and the default prefill graph backend (breakable, as on CUDA); and, for a bundled GPU,
+sglang's own platform facts (`runtime_context.override_platform`: CUDA, the GPU's compute capability), so
+checks such as MegaMoE's "needs an SM90 or SM100 GPU" see the scenario's GPU. On a CUDA machine nothing
 is patched unless asked, and the result then describes the real GPU.
 
 Older releases run in a subprocess with their own directory first on PYTHONPATH (`resolve_batch_subprocess`),
@@ -81,13 +83,35 @@ def _cuda_available() -> bool:
         return False
 
 
+#: Compute capability of each bundled GPU (NVIDIA's CUDA GPU list), for sglang's platform facts.
+GPU_CAPABILITY: dict[str, tuple[int, int]] = {
+    "T4": (7, 5), "RTX-5080": (12, 0), "A10": (8, 6), "L4": (8, 9), "RTX-4090": (8, 9), "RTX-3090": (8, 6),
+    "RTX-5090": (12, 0), "A100-40GB": (8, 0), "L40S": (8, 9), "L40": (8, 9), "H100-80GB": (9, 0), "H800": (9, 0),
+    "A100-80GB": (8, 0), "H100-NVL": (9, 0), "H20": (9, 0), "H200": (9, 0), "H20-3e": (9, 0), "B200": (10, 0),
+    "B300": (10, 3),
+}  # fmt: skip
+
+
+def platform_facts(capability: tuple[int, int]) -> dict[str, Any]:
+    """sglang's platform facts on a CUDA GPU of this compute capability (srt/utils/common.py probes, CUDA ≥ 12.8)."""
+    major, minor = capability
+    return {
+        "is_cuda": True, "is_hip": False, "is_npu": False, "is_xpu": False, "is_musa": False, "is_mps": False,
+        "is_sm90": major == 9, "is_sm100": major == 10, "is_sm100_or_sm110": major in (10, 11),
+        "is_sm110": major == 11, "is_sm120": major == 12, "is_blackwell": major in (10, 11, 12),
+        "is_hopper_with_cuda_12_3": major == 9, "device_sm": major * 10 + minor, "device_capability": (major, minor),
+    }  # fmt: skip
+
+
 class _Patches:
     """The few patches that let the resolver run as on a CUDA node of a given size (undone on exit)."""
 
-    def __init__(self, gpu_mem_mib: int) -> None:
+    def __init__(self, gpu_mem_mib: int, capability: tuple[int, int] | None = None) -> None:
         self.gpu_mem_mib = gpu_mem_mib
+        self.capability = capability
         self.undo: list[tuple[Any, str, Any]] = []
         self.names: list[str] = []
+        self._platform: Any = None
 
     def __enter__(self) -> _Patches:
         import sglang.srt.utils.common as common
@@ -115,6 +139,19 @@ class _Patches:
                 )
         except ImportError:
             pass
+        if self.capability is not None:
+            try:
+                from sglang.srt import runtime_context as rc
+            except ImportError:  # releases before the platform context: nothing reads these facts there
+                rc = None
+            if rc is not None and hasattr(rc, "override_platform"):
+                known = set(getattr(rc, "_PLATFORM_PROBES", {})) | set(getattr(rc, "_PLATFORM_VALUES", {}))
+                facts = {k: v for k, v in platform_facts(self.capability).items() if not known or k in known}
+                self._platform = rc.override_platform(**facts)
+                self._platform.install()
+                self.names.append(
+                    f"sglang.srt.runtime_context.override_platform(sm{self.capability[0]}{self.capability[1]})"
+                )
         return self
 
     def _set(self, obj: Any, name: str, value: Any, label: str) -> None:
@@ -123,6 +160,8 @@ class _Patches:
         self.names.append(label)
 
     def __exit__(self, *exc: object) -> None:
+        if self._platform is not None:
+            self._platform.restore()
         for obj, name, value in reversed(self.undo):
             setattr(obj, name, value)
 
@@ -165,8 +204,17 @@ class Resolver:
         self.parser = argparse.ArgumentParser(prog="sglang")
         ServerArgs.add_cli_args(self.parser)
 
-    def resolve(self, argv: list[str], gpu_mem_mib: int | None, env: dict[str, str] | None = None) -> OracleResult:
-        """Parse `argv`, build ServerArgs, run its resolution; sglang's own errors come back as `error`."""
+    def resolve(
+        self,
+        argv: list[str],
+        gpu_mem_mib: int | None,
+        env: dict[str, str] | None = None,
+        capability: tuple[int, int] | None = None,
+    ) -> OracleResult:
+        """Parse `argv`, build ServerArgs, run its resolution; sglang's own errors come back as `error`.
+
+        `capability` (patched runs only) is the GPU's compute capability for sglang's platform facts.
+        """
         if self.patch and gpu_mem_mib is None:
             raise MemfracError("no GPU here: give the GPU size (MiB) the resolver should see")
         err = io.StringIO()
@@ -177,16 +225,49 @@ class Resolver:
             msg = err.getvalue().strip().splitlines()
             return OracleResult(self.version, gpu_mem_mib, (), None, error=msg[-1] if msg else "bad arguments")
         ns.device = "cuda"
-        with _env(env or {}), _Patches(gpu_mem_mib) if self.patch else contextlib.nullcontext() as p:  # type: ignore[arg-type]
+        patches = _Patches(gpu_mem_mib, capability) if self.patch else contextlib.nullcontext()  # type: ignore[arg-type]
+        with _env(env or {}), patches as p:
             patched = tuple(p.names) if p else ()
             try:
                 sa = self._server_args.from_cli_args(ns)
                 if hasattr(sa, "resolve_once"):
                     sa.resolve_once()
             except (ValueError, AssertionError, TypeError, KeyError, NotImplementedError, RuntimeError) as e:
-                return OracleResult(self.version, gpu_mem_mib, patched, None, error=f"{type(e).__name__}: {e}")
+                return OracleResult(self.version, gpu_mem_mib, patched, None, error=sglang_error(e))
             resolved = _read_resolved(sa)
         return OracleResult(self.version, gpu_mem_mib, patched, resolved.get("mem_fraction_static"), resolved)
+
+
+def sglang_error(e: BaseException) -> str:
+    """sglang's own error in one line; a bare `assert` gets the failing line of sglang's source, which is
+    the only thing it says (e.g. "AssertionError at sglang/srt/arg_groups/parallel_hook.py:326:
+    assert cfg.tp_size % cfg.attn_dp_size == 0")."""
+    import linecache
+    import traceback
+
+    text = " ".join(str(e).split())
+    if text:
+        return f"{type(e).__name__}: {text}"
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if "sglang" in f.filename]
+    if not frames:
+        return type(e).__name__
+    f = frames[-1]
+    n = f.lineno or 0
+    start = n  # a multi-line assert reports one of its continuation lines: walk up to the statement
+    for k in range(n, max(0, n - 12), -1):
+        if linecache.getline(f.filename, k).strip().startswith("assert"):
+            start = k
+            break
+    stmt, depth = [], 0
+    for k in range(start, start + 12):
+        text = linecache.getline(f.filename, k).strip()
+        stmt.append(text)
+        depth += text.count("(") + text.count("[") - text.count(")") - text.count("]")
+        if depth <= 0 and k >= n:
+            break
+    line = " ".join(" ".join(stmt).replace("( ", "(").replace(" )", ")").split()) or (f.line or "").strip()
+    where = f.filename[f.filename.rfind("sglang/") :] if "sglang/" in f.filename else f.filename
+    return f"{type(e).__name__} at {where}:{start}: {line}"
 
 
 def resolve_argv(
@@ -220,7 +301,7 @@ def resolve_scenario(s: Any, patch: bool | None = None, resolver: Resolver | Non
     from profiler.launch import server_argv
 
     r = resolver or Resolver(patch)
-    return r.resolve(server_argv(s, r.version), s.gpu.total_mib, s.env_dict)
+    return r.resolve(server_argv(s, r.version), s.gpu.total_mib, s.env_dict, GPU_CAPABILITY.get(s.gpu.name))
 
 
 def resolve_batch_subprocess(
@@ -228,7 +309,7 @@ def resolve_batch_subprocess(
 ) -> list[OracleResult]:
     """Resolve many argv with another sglang (its directory first on PYTHONPATH), in one subprocess.
 
-    Each job is {"argv": [...], "gpu_mem_mib": int, "env": {...}}.
+    Each job is {"argv": [...], "gpu_mem_mib": int, "env": {...}, "capability": [major, minor] (optional)}.
     """
     env = dict(os.environ)
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -260,7 +341,8 @@ def _main(argv: list[str]) -> int:
         resolver = Resolver(patch=True)
     for j in jobs:
         with contextlib.redirect_stdout(io.StringIO()):
-            r = resolver.resolve(j["argv"], j.get("gpu_mem_mib"), j.get("env"))
+            cap = j.get("capability")
+            r = resolver.resolve(j["argv"], j.get("gpu_mem_mib"), j.get("env"), tuple(cap) if cap else None)
         results.append(asdict(r))
     print(json.dumps(results))
     return 0

@@ -11,10 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from profiler.a2a import report_for
 from profiler.errors import MemfracError
 from profiler.explain import kv_budget
 from profiler.heuristic import Reservation, inputs_from_scenario, reserve, rules_for
 from profiler.scenario import Scenario, scenario_dict
+from profiler.validation import Validation
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,7 @@ class Plan:
     gpus: list[int]
     reservations: dict[str, Reservation] = field(default_factory=dict)
     unplaceable: list[tuple[RunGroup, str]] = field(default_factory=list)
+    validation: Validation | None = None  # sglang's own resolution of every scenario (None: not asked)
 
     @property
     def starts_saved(self) -> int:
@@ -101,14 +104,21 @@ def assign_gpus(
     return placed, bad
 
 
-def make_plan(scenarios: list[Scenario], gpus: list[int], release: str = "0.5.23") -> Plan:
+def make_plan(scenarios: list[Scenario], gpus: list[int], release: str = "0.5.23", validate: bool = False) -> Plan:
+    """Group, pack and reserve; with `validate`, sglang's own resolver first refuses what it refuses
+    (`profiler.validation.check`: one line per refused scenario, before anything starts)."""
     if not scenarios:
         raise MemfracError("no scenarios to sweep")
+    validation = None
+    if validate:
+        from profiler.validation import check
+
+        validation = check(scenarios, release if release != "0.5.23" else None)
     rules = rules_for(release)
     res = {s.name: reserve(inputs_from_scenario(s), rules) for s in scenarios}
     runs = group_scenarios(scenarios, {n: r.resolved.decode_max_bs for n, r in res.items()})
     _, bad = assign_gpus(runs, gpus)
-    return Plan(scenarios, runs, gpus, res, bad)
+    return Plan(scenarios, runs, gpus, res, bad, validation)
 
 
 def _gib(x: float) -> str:
@@ -116,7 +126,8 @@ def _gib(x: float) -> str:
 
 
 def render_plan(plan: Plan, *, per_term: bool = True) -> str:
-    """What --dry-run prints: runs, GPUs each needs, starts saved, the heuristic's reservation per scenario."""
+    """What --dry-run prints: runs, GPUs each needs, starts saved, sglang's own validation, the heuristic's
+    reservation per scenario and each all-to-all buffer beside its reserve."""
     from profiler import ui
 
     placed, bad = assign_gpus(plan.runs, plan.gpus)
@@ -128,6 +139,8 @@ def render_plan(plan: Plan, *, per_term: bool = True) -> str:
     runs += [[r.key, r.gpus_needed, "NOT RUNNABLE", why] for r, why in bad]
     lines.append(ui.table(["run", "GPUs", "GPU ids", "+ measured from its ladder"], runs,
                           right=[False, True, False, True], title="worker starts"))  # fmt: skip
+    if plan.validation is not None:
+        lines.append(("" if plan.validation.validated else "note: ") + plan.validation.summary())
     rules = next(iter(plan.reservations.values())).rules
     rows, warnings = [], []
     for s in plan.scenarios:
@@ -142,7 +155,38 @@ def render_plan(plan: Plan, *, per_term: bool = True) -> str:
                 f"! {s.name}: weights ≈ {kv.weights_mib / 1024:.1f} GiB/GPU do not fit under "
                 f"mfs {r.mem_fraction_static:.3f} of {s.gpu.total_mib} MiB: expect it to fail at load"
             )
+        a2a = report_for(s, r)
+        if a2a is not None:
+            warnings.append(f"{s.name}: " + a2a_line(a2a))
+        v = plan.validation
+        resolved = v.fraction(s.name) if v is not None and v.validated else None
+        if v is not None and resolved is not None and resolved != r.heuristic_fraction:
+            warnings.append(f"! {s.name}: sglang {v.release} resolves {resolved}; the model says "
+                            f"{r.heuristic_fraction}")  # fmt: skip
     head = ["scenario", "mode", "mfs", "reserved GiB", "flags"] + (["terms GiB"] if per_term else [])
     lines.append(ui.table(head, rows, right=[False, False, True, True, False, False],
                           title=f"heuristic reservation per scenario (sglang rules {rules})"))  # fmt: skip
     return "\n".join(lines + warnings)
+
+
+def a2a_line(a: object) -> str:
+    """One line: the all-to-all buffer beside its reserve (`profiler.a2a.A2AReport`)."""
+    from profiler.a2a import A2AReport
+
+    assert isinstance(a, A2AReport)
+    z = a.size
+    head = f"{z.backend} all-to-all buffer"
+    if z.fails:
+        return f"! {head}: creation fails — {z.fails}"
+    if z.device_mib is None:
+        return f"{head}: size unknown ({z.note.split(';')[0]}); reserve {_gib(a.reserve_mib)} GiB"
+    verdict = {
+        "oom": "larger than every non-KV term together: expect an OOM at capture or first dispatch",
+        "over_reserve": f"exceeds its reserve by {_gib(a.excess_mib or 0)} GiB",
+        "fits": "fits its reserve",
+    }[a.verdict]
+    ranks = a.inputs.num_ranks if a.inputs else "?"
+    return (
+        f"{head} {_gib(z.device_mib)} GiB ({z.tokens_per_rank} dispatch tokens/rank, {ranks} ranks) "
+        f"vs reserve {_gib(a.reserve_mib)} GiB: {verdict}"
+    )

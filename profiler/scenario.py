@@ -17,6 +17,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from profiler.a2a import A2A_BACKENDS, BACKENDS
 from profiler.errors import MemfracError, ScenarioError
 from profiler.gpus import Gpu, gpu_by_name, gpu_from_mib, known_gpus
 from profiler.modelcfg import ModelShape, load_model_shape
@@ -24,8 +25,10 @@ from profiler.modelcfg import ModelShape, load_model_shape
 Mode = Literal["null", "prefill", "decode"]
 MODES = ("null", "prefill", "decode")
 GRAPH_BACKENDS = ("full", "breakable", "disabled")
-A2A_BACKENDS = ("none", "deepep")
 DEEPEP_MODES = ("auto", "normal", "low_latency")
+DEEPEP_V2_MODES = ("direct", "hybrid")
+#: sglang's switch for post-capture KV sizing (PR #30157; off by default).
+POST_CAPTURE_ENV = "SGLANG_ENABLE_POST_CAPTURE_KV_SIZING"
 SPEC_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
 
 #: Where bundled model configs live; a scenario's `model` is a directory name under it (or a path).
@@ -81,7 +84,10 @@ class Scenario:
     speculative_eagle_topk: int | None = None
     moe_a2a_backend: str = "none"
     deepep_mode: str = "auto"
-    deepep_dispatch_tokens: int | None = None
+    deepep_v2_mode: str = "direct"
+    a2a_dispatch_tokens: int | None = None  # the backend's per-rank dispatch capacity (its own env variable)
+    moe_runner_backend: str | None = None  # --moe-runner-backend (flashinfer's all-to-all needs a flashinfer runner)
+    post_capture_kv_sizing: bool = False  # SGLANG_ENABLE_POST_CAPTURE_KV_SIZING=1
     mem_fraction_static: float | None = None
     kv_cache_dtype: str = "auto"
     extra_args: tuple[str, ...] = ()
@@ -100,10 +106,19 @@ class Scenario:
         return self.tp * self.pp * self.dp
 
     @property
+    def deepep_dispatch_tokens(self) -> int | None:
+        """The DeepEP dispatch capacity this scenario sets (None: sglang's default, 128, or not DeepEP)."""
+        return self.a2a_dispatch_tokens if self.moe_a2a_backend == "deepep" else None
+
+    @property
     def env_dict(self) -> dict[str, str]:
+        """The environment the worker (and the resolver) sees: `env`, the backend's capacity, post-capture."""
         env = dict(self.env)
-        if self.deepep_dispatch_tokens is not None:
-            env.setdefault("SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK", str(self.deepep_dispatch_tokens))
+        tokens_env = BACKENDS[self.moe_a2a_backend].tokens_env
+        if self.a2a_dispatch_tokens is not None and tokens_env:
+            env.setdefault(tokens_env, str(self.a2a_dispatch_tokens))
+        if self.post_capture_kv_sizing:
+            env.setdefault(POST_CAPTURE_ENV, "1")
         return env
 
     def with_(self, **changes: Any) -> Scenario:
@@ -225,9 +240,13 @@ _SCALAR_KEYS: dict[str, tuple[Callable, str]] = {
     "speculative_num_draft_tokens": (_int(1), "an integer ≥ 1"),
     "speculative_num_steps": (_int(1), "an integer ≥ 1"),
     "speculative_eagle_topk": (_int(1), "an integer ≥ 1"),
-    "moe_a2a_backend": (_choice(A2A_BACKENDS), " | ".join(A2A_BACKENDS)),
+    "moe_a2a_backend": (_choice(A2A_BACKENDS), " | ".join(A2A_BACKENDS) + " (sglang 0.5.23's choices)"),
     "deepep_mode": (_choice(DEEPEP_MODES), " | ".join(DEEPEP_MODES)),
-    "deepep_dispatch_tokens": (_int(1, 1024), "an integer 1..1024 (SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK)"),
+    "deepep_v2_mode": (_choice(DEEPEP_V2_MODES), " | ".join(DEEPEP_V2_MODES) + " (moe_a2a_backend = deepep_v2)"),
+    "a2a_dispatch_tokens": (_int(1), "an integer ≥ 1 (the backend's per-rank dispatch capacity)"),
+    "deepep_dispatch_tokens": (_int(1), "an integer ≥ 1 (SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK)"),
+    "moe_runner_backend": (_str, "a string: sglang's --moe-runner-backend choice (sglang checks it)"),
+    "post_capture_kv_sizing": (_bool, f"true | false ({POST_CAPTURE_ENV}=1, sglang PR #30157)"),
     "mem_fraction_static": (_fraction, "a number strictly between 0 and 1 (omit it to let sglang derive it)"),
     "kv_cache_dtype": (
         _choice(("auto", "bf16", "bfloat16", "fp8_e4m3", "fp8_e5m2")),
@@ -238,6 +257,8 @@ _SCALAR_KEYS: dict[str, tuple[Callable, str]] = {
 }
 _TABLES = {"decode_graph": _GRAPH_KEYS, "prefill_graph": _GRAPH_KEYS, "run": _RUN_KEYS}
 _SPECIAL = {"model", "gpu", "matrix"}
+# Cross-key rules (attn_dp divides tp, speculative settings, context_length ≤ the model's, …) are sglang's:
+# `profiler.validation` resolves every scenario with the real resolver before anything starts.
 ALL_KEYS = sorted([*_SCALAR_KEYS, *_TABLES, *_SPECIAL])
 
 
@@ -359,7 +380,11 @@ def _generated_name(base: str, chosen: list[tuple[str, Any]]) -> str:
         elif isinstance(v, bool):
             parts.append(leaf if v else f"no_{leaf}")
         elif isinstance(v, str):
-            parts.append(v if key in ("mode", "gpu", "model", "moe_a2a_backend", "deepep_mode") else f"{leaf}-{v}")
+            parts.append(
+                v
+                if key in ("mode", "gpu", "model", "moe_a2a_backend", "deepep_mode", "deepep_v2_mode")
+                else f"{leaf}-{v}"
+            )
         elif v is None:
             parts.append(f"{leaf}-auto")
         else:
@@ -432,33 +457,56 @@ def _build(
             except ValueError:
                 raise ScenarioError(f, _key(prefix, f"{table}.{k}"), v, allowed) from None
         kw[table] = RunSettings(**vals) if table == "run" else GraphSettings(**vals)
+    _a2a_fields(kw, e, f, prefix)
     kw["source"] = f
     kw["matrix"] = chosen
-    s = Scenario(**kw)
-    _check_consistency(s, f, prefix)
-    return s
+    return Scenario(**kw)
 
 
-def _check_consistency(s: Scenario, f: str, prefix: str) -> None:
-    """Cross-key rules sglang itself enforces, reported before anything starts."""
-    if s.tp % s.attn_dp:
-        raise ScenarioError(f, _key(prefix, "attn_dp"), s.attn_dp, f"a divisor of tp={s.tp}")
-    if s.tp % s.ep:
-        raise ScenarioError(f, _key(prefix, "ep"), s.ep, f"a divisor of tp={s.tp}")
-    if s.attn_dp > 1 and s.dp > 1:
-        raise ScenarioError(f, _key(prefix, "dp"), s.dp, "1 when attn_dp > 1 (attention DP lives inside the TP group)")
-    if s.moe_a2a_backend == "deepep":
-        if not s.shape.is_moe:
-            raise ScenarioError(f, _key(prefix, "moe_a2a_backend"), "deepep", f"none (model {s.model} has no experts)")
-        if s.tp * s.dp < 2:
+def _a2a_fields(kw: dict[str, Any], e: dict[str, Any], f: str, prefix: str) -> None:
+    """Per-backend fields, checked against the backend they belong to (the rest is sglang's to check).
+
+    memfrac's own keys become environment variables sglang reads only when a buffer is created, long after
+    its resolver ran, so nothing else would catch a capacity given to a backend that has none, or one above
+    what the backend's kernels assert.
+    """
+    name = kw.get("moe_a2a_backend", "none")
+    b = BACKENDS[name]
+    if "deepep_dispatch_tokens" in kw:
+        if name != "deepep":
             raise ScenarioError(
-                f, _key(prefix, "moe_a2a_backend"), "deepep", "none, or deepep with an EP group of ≥ 2 GPUs (tp ≥ 2)"
+                f, _key(prefix, "deepep_dispatch_tokens"), e["deepep_dispatch_tokens"],
+                f"only with moe_a2a_backend = deepep (use a2a_dispatch_tokens for {name})",
+            )  # fmt: skip
+        if "a2a_dispatch_tokens" in kw:
+            raise ScenarioError(
+                f, _key(prefix, "deepep_dispatch_tokens"), e["deepep_dispatch_tokens"],
+                "one of deepep_dispatch_tokens and a2a_dispatch_tokens, not both",
+            )  # fmt: skip
+        kw["a2a_dispatch_tokens"] = kw.pop("deepep_dispatch_tokens")
+        key = "deepep_dispatch_tokens"
+    else:
+        key = "a2a_dispatch_tokens"
+    tokens = kw.get("a2a_dispatch_tokens")
+    if tokens is not None:
+        if b.tokens_env is None:
+            takes = ", ".join(x.name for x in BACKENDS.values() if x.tokens_env)
+            raise ScenarioError(
+                f,
+                _key(prefix, key),
+                tokens,
+                f"only with a backend that has a dispatch buffer ({takes}); {name} has none",
             )
-    if s.speculative_num_draft_tokens is not None and s.speculative_algorithm is None:
+        if b.tokens_max is not None and tokens > b.tokens_max:
+            raise ScenarioError(
+                f, _key(prefix, key), tokens,
+                f"1..{b.tokens_max} for {name} ({b.tokens_env}; its kernels tag token counts with "
+                f"FINISHED_SUM_TAG = 1024 and sglang asserts it when the buffer is created)",
+            )  # fmt: skip
+    if "deepep_v2_mode" in kw and name != "deepep_v2":
         raise ScenarioError(
-            f, _key(prefix, "speculative_num_draft_tokens"), s.speculative_num_draft_tokens,
-            "only with speculative_algorithm set",
-        )  # fmt: skip
+            f, _key(prefix, "deepep_v2_mode"), kw["deepep_v2_mode"], "only with moe_a2a_backend = deepep_v2"
+        )
 
 
 def scenario_fields() -> list[str]:

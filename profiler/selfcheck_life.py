@@ -22,8 +22,8 @@ The life (MiB), each window with the sglang 0.5.23 code it stands for (paths ins
 - decode_graph: empty_cache; per bs 64 → 1, largest first (`reversed(self.capture_bs)`): the MoE dispatch, an
   eager warm-up, a capture into the SAME pool, the ladder hook around each (`capture_decode_graph`,
   decode_cuda_graph_runner.py `DecodeCudaGraphRunner.capture_one_shape`).
-  - deepep_buffer, nested: at the first dispatch a raw 320 `cudaMalloc` (libcudart via ctypes), standing for
-    DeepEP's NVL buffer / NVSHMEM heap (deep_ep/buffers/legacy.py, `DeepEPBuffer.get_deepep_buffer`).
+  - a2a_buffer (backend deepep), nested: at the first dispatch a raw 320 `cudaMalloc` (libcudart via ctypes),
+    standing for DeepEP's NVL buffer / NVSHMEM heap (deep_ep/buffers/legacy.py, `DeepEPBuffer.get_deepep_buffer`).
 - runtime: three batches of 1,280, 640 and 960 activations + a 64-row forward; the first is sglang's warm-up
   request and falls inside the window (managers/scheduler.py `Scheduler.run_batch`).
 
@@ -242,7 +242,7 @@ def drive_life(rec: Recorder, dev: LifeDevice) -> None:
     hook("phase", "prefill_graph")(dev.capture_prefill, model_runner=mr, eager_runner=object())
 
     ladder = hook("ladder", "decode_graph")
-    a2a = hook("deepep", "deepep_buffer")
+    a2a = plugin.a2a_hook(rec, "deepep", "sglang.srt.layers.moe.token_dispatcher.deepep.DeepEPBuffer.get_deepep_buffer")
     state = _A2ABuffer()
 
     def dispatch() -> Any:
@@ -370,7 +370,7 @@ def _probe_check(run: Any, r: Rank) -> Check:
         "eager_runner",
         "prefill_graph",
         "decode_graph",
-        "deepep_buffer",
+        "a2a_buffer",
         "runtime",
     ]
     meas = {
@@ -503,7 +503,7 @@ def _ledger_checks(r: Rank, kind: str, L: Ledger, t: LifeTruth) -> list[Check]:
     )
     out.append(_ladder_check(dec, t))
 
-    a2a = r.phase("deepep_buffer")
+    a2a = r.phase("a2a_buffer")
     nested = a2a is not None and a2a.details.get("parent") == "decode_graph"
     out.append(
         _check(

@@ -231,11 +231,12 @@ def run_sweep(
     parallel: int = 1,
     say: Say = _say_stderr,
     echo: Callable[[str], None] = print,
+    validate: bool = True,
 ) -> int:
     """The command. Exit status 0 when every started run succeeded, 1 when some failed, 2 on bad input."""
     scenarios = load_scenarios(path)
     gpu_ids = gpus if gpus is not None else list(range(8))
-    plan = make_plan(scenarios, gpu_ids)
+    plan = make_plan(scenarios, gpu_ids, validate=validate)
     if dry_run:
         echo(render_plan(plan))
         return 0
@@ -310,7 +311,7 @@ def _cpu_fallback(plan: Plan, path: str, out_dir: Path, say: Say, echo: Callable
     store = Store(out_dir)
     store.init({"scenarios": path, "executor": "local", "device": "cpu", "fallback": True})
     smoke = load_scenarios(CPU_SMOKE)
-    smoke_plan = make_plan(smoke, [0])
+    smoke_plan = make_plan(smoke, [0], validate=False)  # the bundled smoke scenario; the plan above was validated
     summary = SweepSummary()
 
     def done(r: JobResult) -> None:

@@ -182,7 +182,9 @@ def plain_status(what: str, done: float, total: float | None, elapsed_s: float, 
     """'runs: 3/12 (25%), 2 min elapsed, ETA 6 min — note' (bytes shown in MB)."""
 
     def amount(x: float) -> str:
-        return f"{x / 1e6:,.0f} MB" if unit == "bytes" else f"{x:g}"
+        if unit == "bytes":
+            return f"{x / 1e6:,.0f} MB"
+        return f"{x:,.0f}" if float(x).is_integer() else f"{x:g}"  # 1,247,616 rather than 1.24762e+06
 
     head = f"{what}: {amount(done)}"
     if total:

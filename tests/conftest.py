@@ -24,3 +24,18 @@ needs_sglang = pytest.mark.skipif(
 @pytest.fixture(scope="session")
 def root() -> Path:
     return ROOT
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _validation_cache(tmp_path_factory):
+    """sglang's validation outcomes (profiler.validation) are cached per test session, not in ~/.cache."""
+    import os
+
+    d = tmp_path_factory.mktemp("memfrac-cache")
+    old = os.environ.get("MEMFRAC_CACHE_DIR")
+    os.environ["MEMFRAC_CACHE_DIR"] = str(d)
+    yield d
+    if old is None:
+        os.environ.pop("MEMFRAC_CACHE_DIR", None)
+    else:
+        os.environ["MEMFRAC_CACHE_DIR"] = old

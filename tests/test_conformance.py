@@ -6,10 +6,13 @@ does it) and put first on PYTHONPATH; the argv are built for that release's flag
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 from profiler.heuristic import inputs_from_scenario, reserve, rules_for
-from profiler.heuristic.grid import conformance_grid
+from profiler.heuristic.grid import A2A_GRAPHS, conformance_grid
+from profiler.heuristic.rules import version_tuple
 from profiler.launch import server_argv
 from profiler.scenario import single_scenario
 from tests.conftest import RELEASES_DIR, needs_sglang
@@ -90,17 +93,33 @@ def test_bad_argument_comes_back_as_sglangs_message(resolver):
     assert o.mem_fraction_static is None and "invalid choice: 'both'" in o.error
 
 
+@functools.cache
+def _old_release_results(release: str):
+    """The conformance grid and the a2a grid resolved by one older release, in one subprocess (its import
+    dominates the cost: one start per release serves both tests)."""
+    from profiler.heuristic.grid import a2a_grid
+    from profiler.oracle import GPU_CAPABILITY, resolve_batch_subprocess
+
+    grid = conformance_grid()
+    # the all-to-all backends from 0.5.12 on (older releases spell DeepEP --enable-deepep-moe), on two GPUs
+    a2a = a2a_grid(gpus=("L40S", "H200")) if version_tuple(release) >= (0, 5, 12) else []
+    jobs = [
+        {"argv": server_argv(s, release), "gpu_mem_mib": s.gpu.total_mib, "env": s.env_dict,
+         "capability": list(GPU_CAPABILITY[s.gpu.name])}
+        for s in (*grid, *a2a)
+    ]  # fmt: skip
+    out = resolve_batch_subprocess(jobs, [str(RELEASES_DIR / release)])
+    return out[: len(grid)], out[len(grid) :]
+
+
 @pytest.mark.oldreleases
 @needs_sglang
 @pytest.mark.parametrize("release", OLD_RELEASES)
 def test_older_release_equals_its_rule_set(grid, release):
-    from profiler.oracle import resolve_batch_subprocess
-
     d = RELEASES_DIR / release
     if not (d / ".installed").exists():
         pytest.skip(f"sglang {release} not installed side by side: run `make old-releases`")
-    jobs = [{"argv": server_argv(s, release), "gpu_mem_mib": s.gpu.total_mib, "env": s.env_dict} for s in grid]
-    results = resolve_batch_subprocess(jobs, [str(d)])
+    results = _old_release_results(release)[0]
     assert {r.sglang_version for r in results} == {release}
     bad = _mismatches(grid, results, rules_for(release))
     assert not bad, f"{len(bad)}/{len(grid)} differ:\n" + "\n".join(bad[:20])
@@ -121,3 +140,69 @@ def test_pr_29615_headline_with_the_real_releases():
         (r,) = resolve_batch_subprocess([{"argv": server_argv(s, rel), "gpu_mem_mib": s.gpu.total_mib}], [str(d)])
         got[rel] = r.mem_fraction_static
     assert got == {"0.5.14": 0.835, "0.5.15.post1": 0.874}
+
+
+# ---------------------------------------------------------------- every all-to-all backend (profiler.a2a)
+@pytest.fixture(scope="module")
+def a2a():
+    from profiler.heuristic.grid import a2a_grid
+
+    return a2a_grid()
+
+
+def _a2a_outcomes(scenarios, results, rules):
+    """(mismatches, accepted (backend, role, graph) cells, refusals by backend)."""
+    bad, cells, refused = [], set(), {}
+    for s, o in zip(scenarios, results, strict=True):
+        graph = next(g for g, _ in A2A_GRAPHS if f"-{g}-" in s.name)
+        if o.error:
+            refused.setdefault(s.moe_a2a_backend, []).append(o.error)
+            continue
+        cells.add((s.moe_a2a_backend, s.mode, graph))
+        m = reserve(inputs_from_scenario(s), rules).mem_fraction_static
+        if o.mem_fraction_static != m:
+            bad.append(f"{s.name}: real {o.mem_fraction_static} model {m}")
+    return bad, cells, refused
+
+
+@needs_sglang
+def test_every_a2a_backend_role_and_graph_setting_equals_the_real_resolver(a2a, resolver):
+    from profiler.a2a import A2A_BACKENDS
+    from profiler.oracle import resolve_scenario
+
+    results = [resolve_scenario(s, resolver=resolver) for s in a2a]
+    bad, cells, refused = _a2a_outcomes(a2a, results, rules_for(resolver.version))
+    assert not bad, f"{len(bad)} differ:\n" + "\n".join(bad[:20])
+    assert len(a2a) - sum(map(len, refused.values())) >= 900
+    for b in A2A_BACKENDS:
+        if b == "flashinfer_megamoe":
+            continue
+        for mode in ("null", "prefill", "decode"):
+            for g, _ in A2A_GRAPHS:
+                assert (b, mode, g) in cells, f"no configuration of {b} / {mode} / {g} was accepted by sglang"
+    # sglang refuses flashinfer_megamoe for every bundled model (no MXFP8/NVFP4 experts): its own message
+    fm = refused["flashinfer_megamoe"]
+    assert len(fm) == sum(s.moe_a2a_backend == "flashinfer_megamoe" for s in a2a)
+    assert all("FlashInfer MegaMOE currently supports only" in e for e in fm)
+    # megamoe needs SM90/SM100: refused on the L40S (sm89) only, through the platform facts the oracle sets
+    mm = [s for s, o in zip(a2a, results, strict=True) if s.moe_a2a_backend == "megamoe" and o.error]
+    assert {s.gpu.name for s in mm} == {"L40S"}
+
+
+@pytest.mark.oldreleases
+@needs_sglang
+@pytest.mark.parametrize("release", OLD_RELEASES)
+def test_older_release_a2a_backends_equal_its_rule_set(release):
+    """Each release's parser says which backends it knows ('invalid choice' for the others); every
+    configuration it accepts must equal its rule set."""
+    from profiler.heuristic.grid import a2a_grid
+
+    if version_tuple(release) < (0, 5, 12):
+        pytest.skip("all-to-all backends are checked from 0.5.12 on")
+    d = RELEASES_DIR / release
+    if not (d / ".installed").exists():
+        pytest.skip(f"sglang {release} not installed side by side: run `make old-releases`")
+    results = _old_release_results(release)[1]
+    bad, cells, _ = _a2a_outcomes(a2a_grid(gpus=("L40S", "H200")), results, rules_for(release))
+    assert not bad, f"{len(bad)} differ:\n" + "\n".join(bad[:20])
+    assert {b for b, _, _ in cells} >= {"none", "deepep", "mooncake", "nixl", "ascend_fuseep"}

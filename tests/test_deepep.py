@@ -245,7 +245,8 @@ def test_sizes_are_frozen():
     [
         ({"tokens_per_rank": 0}, ["tokens_per_rank=0", "1..1024"]),
         ({"tokens_per_rank": 1025}, ["tokens_per_rank=1025", "1..1024"]),
-        ({"num_ranks": 1}, ["num_ranks=1", ">= 2"]),
+        ({"num_ranks": 1}, ["num_ranks=1", "Unsupported number of EP ranks: 1", "2, 4, 8, 16"]),
+        ({"num_ranks": 0}, ["num_ranks=0", ">= 1"]),
         ({"num_ranks": 12}, ["num_ranks=12", "multiple of 8"]),
         ({"hidden": 0}, ["hidden=0", "positive integer"]),
         ({"hidden": -7168}, ["hidden=-7168", "positive integer"]),
@@ -272,6 +273,7 @@ def test_valid_edge_inputs_are_accepted():
     DeepEPInputs(7168, 256, tokens_per_rank=1)
     DeepEPInputs(7168, 256, tokens_per_rank=1024)
     DeepEPInputs(7168, 258, num_ranks=6, mode="low_latency")  # LL needs no recommended config
+    DeepEPInputs(7168, 256, num_ranks=1, mode="low_latency")  # sglang builds it at tp 1 too
     DeepEPInputs(7168, 100, mode="normal")  # divisibility is asserted only for low latency
 
 

@@ -70,8 +70,19 @@ def test_matrix_dotted_keys_and_lists(tmp_path):
         ("colour = 1", "colour", "1", "known keys:"),
         ('decode_graph = { backend = "fast" }', "decode_graph.backend", "'fast'", "full | breakable | disabled"),
         ("decode_graph = { bs = [] }", "decode_graph.bs", "[]", "non-empty list"),
-        ("tp = 4\nattn_dp = 3", "attn_dp", "3", "a divisor of tp=4"),
-        ('moe_a2a_backend = "deepep"\ntp = 2', "moe_a2a_backend", "'deepep'", "has no experts"),
+        ('moe_a2a_backend = "deepep3"', "moe_a2a_backend", "'deepep3'", "none | deepep | mooncake | nixl | mori"),
+        ("a2a_dispatch_tokens = 64", "a2a_dispatch_tokens", "64", "only with a backend that has a dispatch buffer"),
+        ('moe_a2a_backend = "deepep"\na2a_dispatch_tokens = 2048', "a2a_dispatch_tokens", "2048", "1..1024 for deepep"),
+        ('moe_a2a_backend = "mooncake"\na2a_dispatch_tokens = 1025', "a2a_dispatch_tokens", "1025", "1..1024 for moon"),
+        ('moe_a2a_backend = "nixl"\ndeepep_dispatch_tokens = 64', "deepep_dispatch_tokens", "64", "only with moe_a2a_"),
+        (
+            'moe_a2a_backend = "deepep"\ndeepep_dispatch_tokens = 64\na2a_dispatch_tokens = 64',
+            "deepep_dispatch_tokens",
+            "64",
+            "not both",
+        ),
+        ('deepep_v2_mode = "hybrid"', "deepep_v2_mode", "'hybrid'", "only with moe_a2a_backend = deepep_v2"),
+        ('moe_a2a_backend = "deepep_v2"\ndeepep_v2_mode = "x"', "deepep_v2_mode", "'x'", "direct | hybrid"),
         ('env = { "1BAD" = "x" }', "env", "", "a table of NAME = value"),
     ],
 )
@@ -131,3 +142,65 @@ def test_scenario_dict_is_json_ready():
     s = single_scenario("deepseek-ai--DeepSeek-V3", "H200", tp=8, moe_a2a_backend="deepep", decode_graph={"bs": [4, 1]})
     d = json.loads(json.dumps(scenario_dict(s)))
     assert d["gpu"] == {"name": "H200", "total_mib": 143771} and d["decode_graph"]["bs"] == [1, 4]
+
+
+@pytest.mark.parametrize(
+    "keys",
+    [  # each is accepted by the real sglang 0.5.23 resolver (tests/test_validation.py replays them): memfrac no
+        # longer refuses what sglang accepts
+        {"tp": 4, "ep": 3},  # sglang: 0.897 (ep is overridden or ignored)
+        {"moe_a2a_backend": "deepep"},  # DeepEP at tp 1: 0.883 for Qwen3-30B-A3B on H200
+        {"speculative_num_draft_tokens": 4},  # without an algorithm: sglang ignores it (0.903)
+    ],
+)
+def test_what_sglang_accepts_loads(keys):
+    s = single_scenario("Qwen--Qwen3-30B-A3B", "H200", **keys)
+    assert all(getattr(s, k) == v for k, v in keys.items())
+
+
+def test_dense_model_with_a_backend_loads_and_attn_dp_not_dividing_tp_is_left_to_sglang():
+    # sglang refuses tp 4 / attn_dp 3 with an AssertionError in parallel_hook.py; memfrac's schema does not
+    # duplicate that rule (profiler.validation reports sglang's own error)
+    assert single_scenario("meta-llama--Llama-3.1-8B-Instruct", "H200", tp=4, attn_dp=3).attn_dp == 3
+    assert single_scenario("meta-llama--Llama-3.1-8B-Instruct", "H200", moe_a2a_backend="mooncake").tp == 1
+
+
+@pytest.mark.parametrize(
+    ("backend", "env_name"),
+    [
+        ("deepep", "SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK"),
+        ("deepep_v2", "SGLANG_DEEPEP_V2_NUM_MAX_DISPATCH_TOKENS_PER_RANK"),
+        ("mooncake", "SGLANG_MOONCAKE_EP_NUM_MAX_DISPATCH_TOKENS_PER_RANK"),
+        ("nixl", "SGLANG_NIXL_EP_NUM_MAX_DISPATCH_TOKENS_PER_RANK"),
+        ("pplx", "SGLANG_PPLX_NUM_MAX_DISPATCH_TOKENS_PER_RANK"),
+        ("mori", "SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK"),
+        ("flashinfer", "SGLANG_FLASHINFER_NUM_MAX_DISPATCH_TOKENS_PER_RANK"),
+        ("megamoe", "SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK"),
+        ("flashinfer_megamoe", "SGLANG_FLASHINFER_MEGAMOE_MAX_TOKENS_PER_RANK"),
+    ],
+)
+def test_dispatch_tokens_become_the_backends_own_environment_variable(backend, env_name):
+    s = single_scenario("Qwen--Qwen3-30B-A3B", "H200", tp=2, moe_a2a_backend=backend, a2a_dispatch_tokens=512)
+    assert s.env_dict[env_name] == "512"
+    assert s.deepep_dispatch_tokens == (512 if backend == "deepep" else None)
+    # an explicit env entry wins over the key
+    s2 = s.with_(env=((env_name, "64"),))
+    assert s2.env_dict[env_name] == "64"
+
+
+def test_deepep_dispatch_tokens_is_an_alias_and_post_capture_sets_sglangs_variable():
+    s = single_scenario("Qwen--Qwen3-30B-A3B", "H200", tp=2, moe_a2a_backend="deepep", deepep_dispatch_tokens=256)
+    assert s.a2a_dispatch_tokens == 256 and s.env_dict["SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK"] == "256"
+    p = single_scenario("Qwen--Qwen3-8B", "H200", post_capture_kv_sizing=True)
+    assert p.env_dict == {"SGLANG_ENABLE_POST_CAPTURE_KV_SIZING": "1"}
+    assert single_scenario("Qwen--Qwen3-8B", "H200").env_dict == {}
+
+
+def test_post_capture_is_a_matrix_key_with_readable_names(tmp_path):
+    p = write(
+        tmp_path,
+        'name = "q"\nmodel = "Qwen--Qwen3-8B"\ngpu = "H200"\n[matrix]\npost_capture_kv_sizing = [false, true]\n',
+    )
+    a, b = load_scenarios(p)
+    assert (a.name, b.name) == ("q-no_post_capture_kv_sizing", "q-post_capture_kv_sizing")
+    assert not a.post_capture_kv_sizing and b.env_dict["SGLANG_ENABLE_POST_CAPTURE_KV_SIZING"] == "1"

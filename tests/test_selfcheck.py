@@ -573,13 +573,13 @@ def test_drive_life_uses_the_plugins_hooks_in_sglangs_order(tmp_path):
         ("eager_runner", "target", None),
         ("prefill_graph", "target", None),
         ("decode_graph", "target", None),
-        ("deepep_buffer", "target", "decode_graph"),
+        ("a2a_buffer", "target", "decode_graph"),
     ]
     assert [r["bs"] for r in recs if r["type"] == "ladder"] == list(life.DECODE_BS)
     ends = {r["phase"]: r for r in recs if r["type"] == "end"}
     assert ends["baseline"]["details"]["pre_model_load_mib"] == 143251.0  # free GiB × 1024
     assert ends["kv_pool"]["details"]["kv_tokens"] == 163840 and ends["kv_pool"]["details"]["kv_mib"] == 2560.0
-    assert ends["deepep_buffer"]["details"]["mode"] == "low_latency"
+    assert ends["a2a_buffer"]["details"]["backend"] == "deepep"
 
 
 def test_free_memory_refusal():

@@ -38,4 +38,5 @@ def test_plain_progress_prints_a_final_line_once():
 def test_plain_status_eta_from_rate():
     # 3 of 12 done in 120 s → 40 s each → 9 left × 40 s = 360 s = 6 min
     assert plain_status("runs", 3, 12, 120.0, "items") == "runs: 3/12 (25%), 2 min elapsed, ETA 6 min"
+    assert plain_status("configurations", 4104, 1247616, 1.0, "items").startswith("configurations: 4,104/1,247,616 ")
     assert plain_status("ingest", 5e8, 1e9, 10.0, "bytes").startswith("ingest: 500 MB/1,000 MB (50%)")

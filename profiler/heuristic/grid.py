@@ -86,3 +86,67 @@ def conformance_grid(gpus: tuple[str, ...] = GRID_GPUS, modes: tuple[str, ...] =
             for label, model, keys in VARIANTS:
                 out.append(single_scenario(model, gpu, name=f"{label}-{gpu}-{mode}", mode=mode, **keys))
     return out
+
+
+# ------------------------------------------------------------------------------------------------------
+# Every all-to-all backend × role × graph setting (checked against the real resolver like the grid above)
+# ------------------------------------------------------------------------------------------------------
+
+A2A_GPUS = ("L40S", "H100-80GB", "H200", "B200")
+#: Graph settings each backend is checked under: sglang's defaults, one graph off, both off, one forced on.
+A2A_GRAPHS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("graphs-default", {}),
+    ("decode-off", {"decode_graph": {"backend": "disabled"}}),
+    ("prefill-breakable", {"prefill_graph": {"backend": "breakable"}}),
+    ("no-cuda-graph", {"disable_cuda_graph": True}),
+)
+_BIG = 16384  # a dispatch capacity above every per-rank budget sglang checks for these configurations
+#: (label, model, keys) per backend, each a configuration sglang 0.5.23 accepts on some GPU and role.
+A2A_VARIANTS: tuple[tuple[str, str, dict[str, Any]], ...] = (
+    ("none-qwen30-tp2-ep2", QWEN30, {"tp": 2, "ep": 2}),
+    ("deepep-qwen30-tp1", QWEN30, {"moe_a2a_backend": "deepep"}),
+    ("deepep-qwen30-tp2", QWEN30, {"tp": 2, "moe_a2a_backend": "deepep", "a2a_dispatch_tokens": 256}),
+    ("deepep-dsv3-tp8-normal", DSV3, {"tp": 8, "moe_a2a_backend": "deepep", "deepep_mode": "normal"}),
+    ("deepep-kimi-tp8-attndp8", KIMI, {"tp": 8, "attn_dp": 8, "moe_a2a_backend": "deepep"}),
+    ("deepep_v2-qwen30-tp2", QWEN30, {"tp": 2, "moe_a2a_backend": "deepep_v2", "a2a_dispatch_tokens": _BIG}),
+    ("deepep_v2-dsv3-tp8", DSV3, {"tp": 8, "moe_a2a_backend": "deepep_v2", "a2a_dispatch_tokens": _BIG}),
+    ("mooncake-qwen30-tp2", QWEN30, {"tp": 2, "moe_a2a_backend": "mooncake", "deepep_mode": "low_latency"}),
+    ("mooncake-dsv3-tp8", DSV3, {"tp": 8, "moe_a2a_backend": "mooncake", "deepep_mode": "low_latency"}),
+    ("nixl-qwen30-tp2", QWEN30, {"tp": 2, "moe_a2a_backend": "nixl", "deepep_mode": "low_latency"}),
+    ("nixl-dsv3-tp8-attndp8", DSV3, {"tp": 8, "attn_dp": 8, "moe_a2a_backend": "nixl"}),
+    ("mori-qwen30-tp2", QWEN30, {"tp": 2, "moe_a2a_backend": "mori", "a2a_dispatch_tokens": _BIG}),
+    ("mori-dsv3-tp8", DSV3, {"tp": 8, "moe_a2a_backend": "mori", "a2a_dispatch_tokens": _BIG}),
+    ("ascend_fuseep-qwen30-tp2", QWEN30, {"tp": 2, "moe_a2a_backend": "ascend_fuseep"}),
+    ("ascend_tp-qwen30-tp2", QWEN30, {"tp": 2, "moe_a2a_backend": "ascend_tp"}),
+    (
+        "flashinfer-qwen30-tp2-attndp2",
+        QWEN30,
+        {"tp": 2, "attn_dp": 2, "moe_a2a_backend": "flashinfer", "moe_runner_backend": "flashinfer_cutlass"},
+    ),
+    (
+        "flashinfer-dsv3-tp8-attndp8",
+        DSV3,
+        {"tp": 8, "attn_dp": 8, "moe_a2a_backend": "flashinfer", "moe_runner_backend": "flashinfer_cutlass"},
+    ),
+    ("megamoe-dsv3-tp8", DSV3, {"tp": 8, "moe_a2a_backend": "megamoe"}),
+    ("megamoe-qwen30-tp2", QWEN30, {"tp": 2, "moe_a2a_backend": "megamoe", "a2a_dispatch_tokens": _BIG}),
+    (
+        "pplx-qwen30-tp2-attndp2",
+        QWEN30,
+        {"tp": 2, "attn_dp": 2, "moe_a2a_backend": "pplx", "a2a_dispatch_tokens": _BIG},
+    ),
+    ("pplx-dsv3-tp8-attndp8", DSV3, {"tp": 8, "attn_dp": 8, "moe_a2a_backend": "pplx", "a2a_dispatch_tokens": _BIG}),
+    ("flashinfer_megamoe-qwen30-tp2-attndp2", QWEN30, {"tp": 2, "attn_dp": 2, "moe_a2a_backend": "flashinfer_megamoe"}),
+)
+
+
+def a2a_grid(gpus: tuple[str, ...] = A2A_GPUS, modes: tuple[str, ...] = MODES) -> list[Scenario]:
+    """Every backend variant × graph setting × GPU × role, as validated scenarios."""
+    out = []
+    for gpu in gpus:
+        for mode in modes:
+            for label, model, keys in A2A_VARIANTS:
+                for glabel, gkeys in A2A_GRAPHS:
+                    name = f"{label}-{glabel}-{gpu}-{mode}"
+                    out.append(single_scenario(model, gpu, name=name, mode=mode, **keys, **gkeys))
+    return out

@@ -61,7 +61,7 @@ def _install(rec: Any, patches: list[str]) -> None:
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "pytorch_cuda_alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
         "patches": patches,
-        "targets": [{"phase": r.target.phase, "path": r.target.path, "ok": r.ok, "note": r.note} for r in resolutions],
+        "targets": [_target_record(r) for r in resolutions],
     }  # written ahead of this process's first record (the DP controller, which runs no phase, writes none)
     missing = [r for r in resolutions if not r.ok and r.target.required]
     if missing:
@@ -83,6 +83,12 @@ After = Callable[[Any, Any, tuple, dict], None]
 EMPTY_CACHE_AT_BEGIN = frozenset({"prefill_graph", "decode_graph", "verify_graph"})
 #: ... and at the end of the eager runner (its warm-up cache is released at the next phase's start).
 EMPTY_CACHE_AT_END = frozenset({"eager_runner"})
+
+
+def _target_record(r: Any) -> dict[str, Any]:
+    t = r.target
+    return {"phase": t.phase, "path": t.path, "ok": r.ok, "note": r.note, "required": t.required,
+            "backend": t.backend or None}  # fmt: skip
 
 
 def call_role(args: tuple, kwargs: dict) -> str | None:
@@ -223,38 +229,58 @@ def _ladder_hook(rec: Any, phase: str) -> Hook:
     return hook
 
 
-def _deepep_hook(rec: Any, phase: str) -> Hook:
-    """Measure only the first creation (later calls return the cached buffer: the hot path stays cheap)."""
+def _scalar(v: Any) -> Any:
+    """An argument as JSON: numbers, strings, enums by value, process groups by size; None otherwise."""
+    if isinstance(v, bool | int | float | str) or v is None:
+        return v
+    if hasattr(v, "value") and isinstance(v.value, str | int):
+        return v.value
+    if hasattr(v, "itemsize"):  # torch dtypes
+        return str(v)
+    return None
+
+
+def _a2a_hook(rec: Any, target: Any) -> Hook:
+    """Measure the first creation of one backend's all-to-all buffer (later calls return the cached buffer,
+    so the hot path stays one flag check). Details: backend, the arguments sglang passed, the EP group size,
+    memfrac's analytic size from those arguments (`profiler.a2a.size_from_call`) and, where the library says
+    what it allocated, reported_bytes."""
+    import inspect
+
+    done = [False]
+    sig: list[Any] = []
 
     def hook(original: Hook, *args: Any, **kwargs: Any) -> Any:
-        try:
-            first = args[0]._state().buffer is None
-        except Exception:
-            first = False
-        if not first:
+        if done[0]:
             return original(*args, **kwargs)
-        names = (
-            "group",
-            "hidden_size",
-            "param_bytes",
-            "deepep_mode",
-            "num_max_dispatch_tokens_per_rank",
-            "num_experts",
-        )
-        given = dict(zip(names, args[1:], strict=False)) | kwargs
+        done[0] = True
+        given: dict[str, Any] = {}
+        try:
+            if not sig:
+                sig.append(inspect.signature(original))
+            bound = sig[0].bind_partial(*args, **kwargs).arguments
+            group = bound.get("group")
+            if group is not None and hasattr(group, "size"):
+                given["num_ranks"] = int(group.size())
+            for k, v in bound.items():
+                if k not in ("self", "cls", "group") and _scalar(v) is not None:
+                    given[k] = _scalar(v)
+        except Exception as e:
+            given["probe_note"] = f"arguments not read: {type(e).__name__}: {e}"
 
-        def after(fr: Any, _r: Any, _a: tuple, _k: dict) -> None:
-            grp = given.get("group")
-            fr.details.update(
-                hidden=given.get("hidden_size"),
-                param_bytes=given.get("param_bytes"),
-                mode=str(getattr(given.get("deepep_mode"), "value", given.get("deepep_mode"))),
-                tokens_per_rank=given.get("num_max_dispatch_tokens_per_rank"),
-                num_experts=given.get("num_experts"),
-                num_ranks=grp.size() if grp is not None and hasattr(grp, "size") else None,
-            )
+        def after(fr: Any, result: Any, a: tuple, _k: dict) -> None:
+            from profiler.a2a import reported_bytes, size_from_call
 
-        return _phase_hook(rec, phase, after)(original, *args, **kwargs)
+            fr.details.update(backend=target.backend, args=given)
+            size = size_from_call(target.backend, given)
+            if size is not None:
+                fr.details.update(analytic_bytes=size.analytic_bytes, device_bytes=size.device_bytes,
+                                  analytic_source=size.source, fails=size.fails or None)  # fmt: skip
+            rep = reported_bytes(target.backend, result, a)
+            if rep is not None:
+                fr.details["reported_bytes"] = rep
+
+        return _phase_hook(rec, target.phase, after)(original, *args, **kwargs)
 
     return hook
 
@@ -280,10 +306,18 @@ _HOOKS: dict[str, Callable[[Any, str], Hook]] = {
     "draft": lambda rec, phase: _phase_hook(rec, phase, role="draft"),
     "budget": _budget_hook,
     "ladder": _ladder_hook,
-    "deepep": _deepep_hook,
     "runtime": _runtime_hook,
 }
 
 
+def a2a_hook(rec: Any, backend: str, path: str = "") -> Hook:
+    """The first-creation hook of one all-to-all backend's buffer (phase `a2a_buffer`), without a target to
+    resolve: for memfrac's own drivers of the hooks (selfcheck, the simulated worker)."""
+    from profiler.probe.targets import Target
+
+    return _a2a_hook(rec, Target("a2a_buffer", path or f"{backend}.buffer", "a2a", required=False, backend=backend))
+
+
 def _hook_for(rec: Any, target: Any) -> Hook:
-    return _HOOKS[target.kind](rec, target.phase)
+    """The hook for one target: a phase window of its kind, or an all-to-all backend's first buffer creation."""
+    return _a2a_hook(rec, target) if target.kind == "a2a" else _HOOKS[target.kind](rec, target.phase)

@@ -13,7 +13,7 @@ import inspect
 from dataclasses import dataclass
 from typing import Literal
 
-Kind = Literal["phase", "ladder", "budget", "baseline", "deepep", "runtime", "ranks", "kv", "decode", "draft"]
+Kind = Literal["phase", "ladder", "budget", "baseline", "a2a", "runtime", "ranks", "kv", "decode", "draft"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,9 +24,25 @@ class Target:
     path: str
     kind: Kind = "phase"
     required: bool = True
+    backend: str = ""  # kind "a2a": the --moe-a2a-backend whose buffer this call creates
 
 
 _SETUP = "sglang.srt.model_executor.model_runner_components.cuda_graph_setup"
+_TD = "sglang.srt.layers.moe.token_dispatcher"
+#: The first creation of each all-to-all backend's buffer (phase "a2a_buffer", details.backend). Optional:
+#: several backends' modules import packages that need a CUDA device (deep_ep) or are not installed here.
+A2A_CREATION: tuple[tuple[str, str], ...] = (
+    ("deepep", f"{_TD}.deepep.DeepEPBuffer.get_deepep_buffer"),
+    ("deepep_v2", f"{_TD}.deepep_v2.DeepEPv2Buffer.get_buffer"),
+    ("mooncake", f"{_TD}.mooncake.EPBuffer.get_ep_buffer"),
+    ("nixl", f"{_TD}.nixl.NixlEPBuffer.get_nixl_buffer"),
+    ("pplx", f"{_TD}.pplx.PplxAllToAllManager.get_all_to_all"),
+    ("mori", f"{_TD}.moriep.init_mori_op"),
+    ("mori", f"{_TD}.moriep.init_mori_epv2_op"),
+    ("flashinfer", f"{_TD}.flashinfer.FlashinferDispatcher.__init__"),
+    ("megamoe", "sglang.srt.layers.moe.mega_moe._get_mega_moe_symm_buffer"),
+    ("flashinfer_megamoe", "sglang.srt.layers.moe.flashinfer_megamoe._ensure_flashinfer_megamoe_layer"),
+)
 _KVC = "sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator"
 _SPEC = "sglang.srt.speculative"
 
@@ -66,13 +82,7 @@ TARGETS: tuple[Target, ...] = (
     Target("finalize", f"{_SETUP}.finalize_cuda_graph_capture"),
     Target("post_capture_resize", "sglang.srt.model_executor.model_runner.ModelRunner.post_capture_resize_kv_pool"),
     Target("disaggregation_init", "sglang.srt.managers.scheduler.Scheduler.init_disaggregation"),
-    # deep_ep needs a CUDA device to import: the module may fail to import on a CPU machine.
-    Target(
-        "deepep_buffer",
-        "sglang.srt.layers.moe.token_dispatcher.deepep.DeepEPBuffer.get_deepep_buffer",
-        "deepep",
-        required=False,
-    ),
+    *(Target("a2a_buffer", path, "a2a", required=False, backend=b) for b, path in A2A_CREATION),
     Target("runtime", "sglang.srt.managers.scheduler.Scheduler.run_batch", "runtime"),
 )
 

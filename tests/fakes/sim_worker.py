@@ -273,14 +273,16 @@ class Sim:
     def deepep_buffer(self, mib: float) -> None:
         """The first `DeepEPBuffer.get_deepep_buffer(group, hidden, param_bytes, mode, tokens, experts)`:
         deep_ep/buffers/legacy.py allocates the NVL buffer (cudaMalloc/IPC) and the RDMA buffer in the
-        NVSHMEM heap — outside torch's allocator."""
+        NVSHMEM heap — outside torch's allocator. The probe records it as phase a2a_buffer, backend deepep."""
 
-        def body(cls: Any, *_a: Any) -> None:
+        def get_deepep_buffer(cls: Any, group: Any, hidden_size: int, param_bytes: int, deepep_mode: str,
+                              num_max_dispatch_tokens_per_rank: int, num_experts: int) -> None:  # fmt: skip
             self.dev.raw_alloc(mib)
             cls._buffer = object()
 
         DeepEPBuffer._buffer = None
-        self.call("deepep", "deepep_buffer", body, DeepEPBuffer, None, 7168, 2, "low_latency", 128, 256)
+        hook = plugin.a2a_hook(self.rec, "deepep", "sglang.srt.layers.moe.token_dispatcher.deepep.DeepEPBuffer")
+        hook(get_deepep_buffer, DeepEPBuffer, None, 7168, 2, "low_latency", 128, 256)
 
     def finalize(self, mib: float, mr: Any) -> None:
         """cuda_graph_setup.py `finalize_cuda_graph_capture(model_runner)`."""
