@@ -899,6 +899,30 @@ def kv_section(t: pd.DataFrame, out: Path) -> Section:
     missing = len(t) - len(shown)
     if missing:
         s.blocks.append(Note(f"{missing} run(s) have no reading after the KV pool and are not shown."))
+    if "post_capture_how" in t.columns:
+        pc = t[t["post_capture_how"].notna()]
+        if len(pc):
+            s.blocks += [
+                Para(
+                    "With post-capture KV sizing (SGLANG_ENABLE_POST_CAPTURE_KV_SIZING, sglang PR #30157) the pool "
+                    "is sized after graph capture from what is really left: what each measured run would have "
+                    "gained in KV tokens (negative: lost), or the OOM it would have avoided."
+                ),
+                Table(
+                    pd.DataFrame(
+                        [
+                            {
+                                "run": short(str(r["run_id"])),
+                                "mode": as_text(r["mode"]),
+                                "KV tokens gained": count(r["post_capture_kv_tokens"]),
+                                "OOM avoided": "yes" if r["post_capture_oom_avoided"] is True else "no",
+                                "arithmetic": as_text(r["post_capture_how"]),
+                            }
+                            for _, r in pc.iterrows()
+                        ]
+                    )
+                ),  # fmt: skip
+            ]
     return s
 
 

@@ -97,6 +97,10 @@ RESULT_COLUMNS: dict[str, str] = {
     # heuristic inputs taken from defaults rather than read (comma-separated; "" = all read; NA = unknown):
     # calibration fits a term only from runs whose inputs for that term were read
     "defaulted_inputs": "string",
+    # what post-capture KV sizing (SGLANG_ENABLE_POST_CAPTURE_KV_SIZING) would have changed (profiler.postcapture)
+    "post_capture_kv_tokens": "Int64",  # KV tokens gained (negative: lost)
+    "post_capture_oom_avoided": "boolean",
+    "post_capture_how": "string",
     "ledger_closes": "boolean",  # the judged rank's books close (NA: they could not be opened)
     "ledger_residual_mib": "float64",
     "recorded_at": "float64",
@@ -148,6 +152,9 @@ class RunContext:
     deepep_device_mib: float | None = None
     derived_from: str | None = None
     defaulted_inputs: str | None = None  # see RESULT_COLUMNS; None = unknown
+    post_capture_kv_tokens: int | None = None
+    post_capture_oom_avoided: bool | None = None
+    post_capture_how: str | None = None
     rules_why: str | None = None
 
 
@@ -228,6 +235,9 @@ def result_rows(m: Measurement, c: Comparison, ctx: RunContext = RunContext()) -
         "hidden_size": ctx.hidden_size,
         "num_experts": ctx.num_experts,
         "defaulted_inputs": ctx.defaulted_inputs if ctx.defaulted_inputs is not None else defaulted_inputs(m),
+        "post_capture_kv_tokens": ctx.post_capture_kv_tokens,
+        "post_capture_oom_avoided": ctx.post_capture_oom_avoided,
+        "post_capture_how": ctx.post_capture_how,
         "ledger_closes": None if c.ledger is None else c.ledger.closes,
         "ledger_residual_mib": None if c.ledger is None else c.ledger.residual_mib,
         "recorded_at": time.time(),

@@ -72,6 +72,24 @@ def context_for(s: Scenario, res_decode_max_bs: int | None, chunk: int | None) -
     )
 
 
+def post_capture_columns(s: Scenario, c: Comparison, res: object) -> dict[str, object]:
+    """What enabling post-capture KV sizing would have changed for this measured run (profiler.postcapture):
+    the KV tokens gained (negative: lost) or the OOM avoided, with the arithmetic; nothing on a CPU run."""
+    from profiler.postcapture import answers, gain_from_run
+
+    rules = getattr(res, "rule_set", None)
+    if c.memory_kind != "gpu" or rules is None or c.free_at_start_mib is None or c.weights_mib is None:
+        return {}
+    a = answers(s, rules, c.free_at_start_mib)
+    gain = gain_from_run(
+        classic_mfs=a.classic.mem_fraction_static, post_mfs=a.post.mem_fraction_static,
+        free_at_start_mib=c.free_at_start_mib, weights_mib=c.weights_mib, used_after_kv_mib=c.used_after_kv_mib,
+        kv_bytes_per_token=c.kv_bytes_per_token or 0.0, planned=a.planned,
+    )  # fmt: skip
+    return {"post_capture_kv_tokens": gain.kv_tokens_gained, "post_capture_oom_avoided": gain.oom_avoided,
+            "post_capture_how": gain.how}  # fmt: skip
+
+
 def deepep_sizes_mib(s: Scenario) -> tuple[float | None, float | None]:
     """(analytic buffers, device total with NVSHMEM heap rounding) per GPU for a DeepEP scenario."""
     if s.moe_a2a_backend != "deepep":
@@ -123,7 +141,7 @@ def record(store: Store, plan: Plan, r: JobResult, summary: SweepSummary) -> Non
     items: list[tuple[object, Comparison, RunContext]] = []
     rv = plan.reservations[g.launch.name].resolved
     ctx = context_for(g.launch, rv.decode_max_bs, rv.chunked_prefill_size)
-    items.append((m, c, replace(ctx, group=g.key, deepep_device_mib=device)))
+    items.append((m, c, replace(ctx, group=g.key, deepep_device_mib=device, **post_capture_columns(g.launch, c, res))))
     for s in g.derived:
         res_s = plan.reservations[s.name]
         if res is not None:

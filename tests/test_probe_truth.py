@@ -344,3 +344,20 @@ def test_term_verdict_boundaries(reserved, measured, resolution, verdict):
     from profiler.compare import _verdict
 
     assert _verdict(reserved, measured, resolution) == verdict
+
+
+def test_post_capture_sizing_gain_of_a_measured_decode_run(traces):
+    """What SGLANG_ENABLE_POST_CAPTURE_KV_SIZING would have given the simulated decode run (Llama-3.1-8B, H200):
+    post-capture reserve 1,536 + 128 = 1,664 → round(142,107/143,771, 3) = 0.988 vs 0.929. With F 142,971,
+    W 15,400, U (used after the pool) 3,598: classic pool 142,971 × 0.929 − 15,400 = 117,420.06 MiB → 939,360
+    tokens (× 8 per MiB); post-capture 142,971 × 0.988 − 15,400 − 3,598 = 122,257.35 MiB → 978,058 tokens:
+    +38,698 tokens; no OOM avoided (3,598 < 142,971 × 0.071 = 10,150.94)."""
+    from profiler.scenario import load_scenarios
+    from profiler.sweep import post_capture_columns
+
+    s = load_scenarios(Path(__file__).parent.parent / "scenarios" / "llama8b-h200-decode.toml")[0]
+    m = _m(traces["decode"], "decode", "decode")
+    res = reserve(HeuristicInputs(mode="decode", **LLAMA), R23)
+    cols = post_capture_columns(s, compare(m, res), res)
+    assert cols["post_capture_kv_tokens"] == 38698 and cols["post_capture_oom_avoided"] is False
+    assert "122,257 MiB vs classic" in cols["post_capture_how"]
