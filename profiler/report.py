@@ -921,7 +921,7 @@ def kv_section(t: pd.DataFrame, out: Path) -> Section:
                             for _, r in pc.iterrows()
                         ]
                     )
-                ),  # fmt: skip
+                ),
             ]
     return s
 
