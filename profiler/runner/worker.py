@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,20 +50,28 @@ def cuda_machine() -> bool:
     return out.returncode == 0 and "GPU " in out.stdout
 
 
-def check_transfer_backend(backend: str) -> None:
-    """Fail before starting anything when the prefill transfer engine cannot load; name what to install."""
+def check_transfer_backend(
+    backend: str,
+    find_spec: Callable[[str], object] | None = None,
+    find_library: Callable[[str], str | None] | None = None,
+) -> None:
+    """Fail before starting anything when the prefill transfer engine cannot load; name what to install.
+
+    `find_spec`/`find_library` default to importlib's and ctypes' finders (passed in to check another machine's
+    answers)."""
+    import ctypes.util
+
+    find_spec = find_spec or importlib.util.find_spec
+    find_library = find_library or ctypes.util.find_library
     mod, package = TRANSFER_PACKAGES.get(backend, (None, None))
     if mod is None:
         return
-    if importlib.util.find_spec(mod) is None:
+    if find_spec(mod) is None:
         raise MemfracError(f"prefill workers need the {backend} transfer engine: pip install {package}")
-    if mod == "mooncake":
-        import ctypes.util
-
-        if ctypes.util.find_library("ibverbs") is None:
-            raise MemfracError(
-                "mooncake needs libibverbs even over TCP: apt-get install libibverbs1 (make test installs it)"
-            )
+    if mod == "mooncake" and find_library("ibverbs") is None:
+        raise MemfracError(
+            "mooncake needs libibverbs even over TCP: apt-get install libibverbs1 (make test installs it)"
+        )
 
 
 @dataclass
