@@ -27,6 +27,7 @@ from pathlib import Path
 from profiler.errors import MemfracError
 from profiler.launch import server_argv
 from profiler.probe.activate import probe_env
+from profiler.runner.devices import VISIBLE, parent_entries, worker_env
 from profiler.runner.net import NetThread, free_ports, get
 from profiler.scenario import GraphSettings, Scenario
 
@@ -99,6 +100,12 @@ class WorkerSpec:
     def probe_dir(self) -> Path:
         return self.out_dir / "probe"
 
+    @property
+    def visible_devices(self) -> list[str] | None:
+        """The CUDA_VISIBLE_DEVICES entries the worker sees (None: every GPU of the node)."""
+        raw = self.env.get(VISIBLE, os.environ.get(VISIBLE))
+        return None if raw is None else [e.strip() for e in raw.split(",") if e.strip()]
+
 
 def build_spec(
     s: Scenario,
@@ -141,8 +148,8 @@ def build_spec(
         if s.mode == "prefill":
             env["SGLANG_HOST_IP"] = "127.0.0.1"
             spec.isolate_network = _can_isolate()
-    elif gpus is not None:
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
+    else:  # sweep index i = the i-th entry of the parent's CUDA_VISIBLE_DEVICES; PCI order, as nvidia-smi
+        env.update(worker_env(gpus, parent_entries()))
     env.update(probe_env(out_dir / "plugin", spec.probe_dir, {**os.environ, **env}))
     spec.argv, spec.env = a, env
     return spec
