@@ -221,6 +221,8 @@ def run_scenario(
         if not ready:
             died = not worker.alive()
             timed_out = not died
+            if timed_out:
+                say(f"{s.name}: not ready in time ({worker.timeout_detail})")
         else:
             startup_s = (worker.ready_at or time.monotonic()) - worker.started_at
             say(f"{s.name}: ready after {startup_s:.0f} s")
@@ -246,9 +248,11 @@ def run_scenario(
     tail = _tail(spec.log_path)
     load_error = next((f"{r.plan.kind}: {r.errors[0] if r.errors else 'no request succeeded'}"
                        for r in loads if r.sent and not r.ok), None)  # fmt: skip
+    load_timeout = next((e for r in loads if r.timed_out for e in r.errors if e.startswith("timed out")), None)
     w = Witnesses(
-        ready, timed_out, died, during_load, worker.returncode if died or not ready else None, tail, load_error
-    )
+        ready, timed_out, died, during_load, worker.returncode if died or not ready else None, tail, load_error,
+        worker.timeout_detail or load_timeout,
+    )  # fmt: skip
     failure = classify(w, probe, from_log)
     m = assemble(s, spec, probe, info, failure, from_log)
     m.save(out_dir / "measurement.json")
