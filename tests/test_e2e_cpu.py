@@ -139,6 +139,42 @@ def test_prefill_ran_isolated(runs):
     assert "mooncake_tcp" in cmd["argv"] and cmd["env"]["SGLANG_HOST_IP"] == "127.0.0.1"
 
 
+def test_prefill_survives_a_request_longer_than_its_chunk(tmp_path):
+    """sglang 0.5.23 on the CPU: the second chunk of a request starts with a cached prefix whose early send records
+    a torch.cuda.Event on the CPU forward stream (disaggregation/prefill.py:1496) and kills the scheduler. Under
+    load the smoke run's two concurrent 4089-token prefills share a batch, the second is chunked, and the run
+    crashed ("expected stream to be a torch.Stream"). A 3000-token request with 1024-token chunks is chunked
+    every time; the runner turns the optional early send off on the CPU."""
+    if _prefill_possible():
+        pytest.skip(_prefill_possible())
+    from profiler.runner.load import FAKE_BOOTSTRAP_HOST
+    from profiler.runner.net import client
+    from profiler.runner.worker import Worker, build_spec
+
+    spec = build_spec(SCENARIOS["prefill"].with_(chunked_prefill_size=1024), tmp_path / "chunked", device="cpu")
+    assert spec.env["SGLANG_DISAGG_PREFILL_EARLY_SEND_CACHED_PREFIX"] == "0"
+    body = {
+        "input_ids": [100 + (i * 7919) % 800 for i in range(3000)],  # tiny-llama's vocabulary is 1024
+        "sampling_params": {"max_new_tokens": 1, "temperature": 0, "ignore_eos": True},
+        "bootstrap_host": FAKE_BOOTSTRAP_HOST, "bootstrap_port": spec.bootstrap_port, "bootstrap_room": 7,
+    }  # fmt: skip
+    w = Worker(spec)
+    try:
+        w.start()
+        assert w.wait_ready(300), w.timeout_detail
+
+        def post() -> int:
+            with client(spec.port, Patience(120, "a chunked prefill").remaining_wall()) as c:
+                return c.post("/generate", json=body).status_code
+
+        assert w.net.call(post) == 200
+        assert w.alive()
+    finally:
+        rep = w.stop()
+    assert rep["left_behind"] == [] and "expected stream" not in spec.log_path.read_text()
+    assert spec.log_path.read_text().count("Prefill batch") >= 3  # warm-up + at least 2 chunks of the request
+
+
 def test_bad_arguments_are_classified_with_sglangs_message(tmp_path):
     s = SCENARIOS["null"].with_(extra_args=("--max-running-requests", "lots"))
     res = run_scenario(s, tmp_path / "bad", device="cpu")

@@ -151,6 +151,12 @@ def build_spec(
         if s.mode == "prefill":
             env["SGLANG_HOST_IP"] = "127.0.0.1"
             spec.isolate_network = _can_isolate()
+            # sglang 0.5.23 disaggregation/prefill.py:1496 (maybe_send_cached_prefix_chunk) records a
+            # torch.cuda.Event on the forward stream, which on the CPU is no CUDA stream: the scheduler dies as
+            # soon as a request starts with a cached prefix (a radix hit, or the second chunk of a request that
+            # shared a batch). The early send is an optional optimisation ("the regular final send covers the
+            # full range"); off on the CPU unless the scenario sets it.
+            env.setdefault("SGLANG_DISAGG_PREFILL_EARLY_SEND_CACHED_PREFIX", "0")
     else:  # sweep index i = the i-th entry of the parent's CUDA_VISIBLE_DEVICES; PCI order, as nvidia-smi
         env.update(worker_env(gpus, parent_entries()))
     env.update(probe_env(out_dir / "plugin", spec.probe_dir, {**os.environ, **env}))
