@@ -2,7 +2,9 @@
 
 Both take jobs (one worker start each, with the GPU count it needs) and hand results back to the driver
 as each run finishes; the driver stores them. A failing or hung run never stops the others: every run
-has its own process group and its own time limits (startup, load, stop), enforced by the runner.
+has its own process group and its own time limits (startup, load, stop), enforced by the runner. A run
+that never begins — its GPUs stayed busy with memory that is not ours, nvidia-smi could not tell, or the
+sweep's budget ran out — is handed back too, as not started, with the reason.
 """
 
 from __future__ import annotations
@@ -22,7 +24,10 @@ from typing import Any
 
 from profiler.errors import MemfracError
 from profiler.plan import RunGroup
-from profiler.runner.run import RunResult, gpu_memory_used, run_scenario
+from profiler.runner.devices import gpu_use, parent_entries, visible_devices
+from profiler.runner.run import RunResult, run_scenario
+
+NOT_STARTED = "not_started"  # a JobResult/manifest status: the executor never started the worker
 
 
 @dataclass
@@ -41,9 +46,21 @@ class Job:
 class JobResult:
     job: Job
     result: RunResult | None
-    error: str | None = None  # the executor could not run it at all (not a worker failure)
+    error: str | None = None  # the executor could not run it at all (not a worker failure); or why not started
     gpus: list[int] = field(default_factory=list)
     elapsed_s: float = 0.0
+    started: bool = True  # False: never started (GPUs stayed busy, nvidia-smi failed, budget spent); see `error`
+
+    @property
+    def status(self) -> str:
+        """ok | failed (the worker's) | error (the executor could not run it) | not_started."""
+        if not self.started:
+            return NOT_STARTED
+        return self.result.status if self.result is not None else "error"
+
+
+def not_started(job: Job, why: str, waited_s: float = 0.0) -> JobResult:
+    return JobResult(job, None, why, [], waited_s, started=False)
 
 
 Done = Callable[[JobResult], None]
@@ -66,26 +83,61 @@ def _run_one(job: Job, gpus: list[int] | None) -> JobResult:
 class LocalExecutor:
     """Runs jobs on this node: first-fit onto free GPUs, one thread per running worker.
 
-    On CUDA a GPU is only handed out when nvidia-smi shows it free (memory.used under `free_below_mib`); on
-    a CPU machine `slots` parallel workers share the host (each tiny worker takes ~4.5 GB of RAM).
+    On CUDA a GPU is only handed out when nvidia-smi shows it free (memory.used under `free_below_mib`), the
+    GPU named the way the worker will see it (sweep index → the parent's CUDA_VISIBLE_DEVICES entry → UUID).
+    A run waits at most `gpu_wait_s` for GPUs that only foreign memory or a failing nvidia-smi keep from it
+    (waiting for this sweep's own runs does not count), never past the deadline, then comes back not started.
+    On a CPU machine `slots` parallel workers share the host (each tiny worker takes ~4.5 GB of RAM).
     """
 
-    def __init__(self, gpus: list[int], device: str, slots: int = 1, free_below_mib: float = 1024.0) -> None:
+    def __init__(
+        self,
+        gpus: list[int],
+        device: str,
+        slots: int = 1,
+        free_below_mib: float = 1024.0,
+        gpu_wait_s: float = 600.0,
+        poll_s: float = 5.0,
+        say: Callable[[str], None] | None = None,
+    ) -> None:
         self.gpus = list(gpus) if device == "cuda" else list(range(max(1, slots)))
         self.device = device
         self.free_below_mib = free_below_mib
+        self.gpu_wait_s = gpu_wait_s
+        self.poll_s = poll_s
+        self.say = say or (lambda _m: None)
 
-    def _gpus_free(self, ids: list[int]) -> bool:
-        if self.device != "cuda":
-            return True
-        used = gpu_memory_used(ids)
-        return used is not None and all(used.get(g, 0.0) < self.free_below_mib for g in ids)
+    def idle(self, ids: list[int]) -> tuple[list[int], str | None]:
+        """Which of `ids` are free to hand out now, and why the others are not (None when all are)."""
+        if self.device != "cuda" or not ids:
+            return list(ids), None
+        try:
+            entries = visible_devices(ids, parent_entries())
+        except MemfracError as e:
+            return [], str(e)
+        use = gpu_use(entries)
+        if use.error is not None:
+            return [], use.error
+        free, why = [], []
+        for g, e in zip(ids, entries or [], strict=True):
+            mib = use.of(e)
+            if mib is not None and mib < self.free_below_mib:
+                free.append(g)
+            else:
+                shown = "?" if mib is None else f"{mib:.0f}"
+                why.append(f"GPU {g} ({use.uuids.get(e, e)}) has {shown} MiB in use")
+        if why:
+            why[-1] += f" by others (free means under {self.free_below_mib:.0f} MiB)"
+        return free, "; ".join(why) or None
+
+    def _need(self, j: Job) -> int:
+        return j.gpus_needed if self.device == "cuda" else 1
 
     def run(
         self, jobs: list[Job], done: Done, deadline: float | None = None, started: Started | None = None
     ) -> list[Job]:
-        """Run until every job ran or the deadline passed; return the jobs never started (`started(job)` as each
-        starts: the sweep's progress bar shows the runs in flight)."""
+        """Run until every job ran or was given up on; every job reaches `done`. Return those never started
+        (`started(job)` as each starts: the sweep's progress bar shows the runs in flight)."""
         pending: list[Job] = []
         for j in jobs:
             if self.device == "cuda" and j.gpus_needed > len(self.gpus):
@@ -94,15 +146,40 @@ class LocalExecutor:
                 pending.append(j)
         free = list(self.gpus)
         held: dict[int, list[int]] = {}  # id(job) → the GPUs (or CPU slots) it holds
+        waiting: dict[int, float] = {}  # id(job) → since when only busy/unreadable GPUs keep it waiting
+        never: list[Job] = []
         results: queue.Queue[JobResult] = queue.Queue()
+        last_why: str | None = None
         while pending or held:
-            if deadline is None or time.monotonic() < deadline:
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                for j in pending:
+                    extra = f"; GPUs were busy: {last_why}" if id(j) in waiting and last_why else ""
+                    done(not_started(j, f"the sweep budget (--budget) ran out before it could start{extra}"))
+                never += pending
+                pending = []
+            elif any(len(free) >= self._need(j) for j in pending):  # someone fits our bookkeeping: ask the GPUs
+                idle, why = self.idle(free)
+                last_why = why
                 for j in list(pending):
-                    need = j.gpus_needed if self.device == "cuda" else 1
-                    take = free[:need]
-                    if len(take) < need or not self._gpus_free(take):
+                    need = self._need(j)
+                    if len(free) < need:  # our own runs hold the GPUs: not the GPUs' fault, no clock
+                        waiting.pop(id(j), None)
                         continue
-                    free = free[need:]
+                    take = [g for g in free if g in idle][:need]
+                    if len(take) < need:
+                        since = waiting.setdefault(id(j), now)
+                        if since == now:
+                            self.say(f"{j.group.key}: waiting up to {self.gpu_wait_s:.0f} s for free GPUs: {why}")
+                        if now - since >= self.gpu_wait_s:
+                            pending.remove(j)
+                            never.append(j)
+                            n = f"{need} free GPU" + ("s" if need > 1 else "")
+                            done(not_started(j, f"waited {now - since:.0f} s for {n}: {why}", now - since))
+                        continue
+                    waiting.pop(id(j), None)
+                    free = [g for g in free if g not in take]
+                    idle = [g for g in idle if g not in take]
                     pending.remove(j)
                     held[id(j)] = take
                     gpus = take if self.device == "cuda" else None
@@ -113,18 +190,17 @@ class LocalExecutor:
                         name=f"memfrac-{j.group.key}",
                         daemon=True,
                     ).start()
-            elif not held:
-                break
             if not held:
-                time.sleep(5)  # every GPU busy with memory that is not ours: wait, then look again
+                if pending:
+                    time.sleep(self.poll_s)  # GPUs busy with memory that is not ours: wait, then look again
                 continue
             try:
-                r = results.get(timeout=1.0)
+                r = results.get(timeout=self.poll_s)  # a finished run wakes the loop at once
             except queue.Empty:
                 continue
             free = sorted(free + held.pop(id(r.job)))
             done(r)
-        return pending
+        return never
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -182,6 +258,7 @@ class RayExecutor:
     def run(
         self, jobs: list[Job], done: Done, deadline: float | None = None, started: Started | None = None
     ) -> list[Job]:
+        """Submit every job (those past the deadline come back not started); return those never started."""
         ray = self.ray
         total = int(ray.cluster_resources().get("GPU", 0))
         refs: dict[Any, tuple[Job, float]] = {}
@@ -189,6 +266,7 @@ class RayExecutor:
         for j in jobs:
             if deadline is not None and time.monotonic() >= deadline:
                 pending.append(j)
+                done(not_started(j, "the sweep budget (--budget) ran out before it could start"))
                 continue
             if j.gpus_needed > total:
                 done(JobResult(j, None, f"needs {j.gpus_needed} GPUs; the Ray cluster has {total}"))

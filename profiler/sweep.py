@@ -18,9 +18,10 @@ from pathlib import Path
 from profiler import ui
 from profiler.compare import Comparison, compare, derive_variant, reservation_for
 from profiler.errors import MemfracError
-from profiler.executors import Job, JobResult, LocalExecutor, RayExecutor
+from profiler.executors import NOT_STARTED, Job, JobResult, LocalExecutor, RayExecutor
 from profiler.gpus import gpu_from_mib
 from profiler.plan import Plan, RunGroup, make_plan, render_plan
+from profiler.runner.devices import default_gpus
 from profiler.runner.worker import cuda_machine
 from profiler.scenario import Scenario, load_scenarios
 from profiler.store import RunContext, Store
@@ -127,6 +128,11 @@ class SweepSummary:
 def record(store: Store, plan: Plan, r: JobResult, summary: SweepSummary) -> None:
     """Compare the launched scenario and every member measured from its ladder; store them atomically."""
     g: RunGroup = r.job.group
+    if r.status == NOT_STARTED:  # nothing ran: say why, and let --resume start it again
+        summary.not_run += len(g.members)
+        summary.rows += [(s.name, "not started", "—", (r.error or "")[:120]) for s in g.members]
+        store.add([], run_key=g.key, status=NOT_STARTED, extra={"reason": r.error})
+        return
     if r.result is None:
         summary.failed += len(g.members)
         for s in g.members:
@@ -229,7 +235,7 @@ class SweepProgress:
     def finished(self, r: JobResult) -> None:
         self.done += 1
         self.flying.pop(r.job.group.key, None)
-        status = r.result.status if r.result else "error"
+        status = r.status
         self.bar.log(f"[{self.done}/{self.total}] {r.job.group.key}: {status} ({r.elapsed_s:.0f} s)")
         self.bar.update(self.done, self._note())
 
@@ -253,7 +259,7 @@ def run_sweep(
 ) -> int:
     """The command. Exit status 0 when every started run succeeded, 1 when some failed, 2 on bad input."""
     scenarios = load_scenarios(path)
-    gpu_ids = gpus if gpus is not None else list(range(8))
+    gpu_ids = gpus if gpus is not None else default_gpus()
     plan = make_plan(scenarios, gpu_ids, validate=validate)
     if dry_run:
         echo(render_plan(plan))
@@ -285,7 +291,7 @@ def run_sweep(
                     keep.append(g)
             runs = keep
     if resume:
-        done_keys = store.finished()
+        done_keys = {k for k, v in store.finished().items() if v.get("status") != NOT_STARTED}
         before = len(runs)
         runs = [g for g in runs if g.key not in done_keys]
         say(f"resume: {before - len(runs)} run(s) already recorded in {out_dir}, {len(runs)} to go")
@@ -307,14 +313,12 @@ def run_sweep(
             record(store, plan, r, summary)
             prog.finished(r)
 
+        # a run never started reaches `done` as not started, with the reason (budget, busy GPUs)
         if executor == "ray":
             ex = RayExecutor(ray_address, device=device, num_gpus=len(gpu_ids) if not ray_address else None)
-            left = ex.run(jobs, done, deadline, started=prog.started)
+            ex.run(jobs, done, deadline, started=prog.started)
         else:
-            left = LocalExecutor(gpu_ids, device, slots=parallel).run(jobs, done, deadline, started=prog.started)
-    for j in left:
-        summary.not_run += len(j.group.members)
-        summary.rows += [(s.name, "not run", "—", "sweep budget exhausted") for s in j.group.members]
+            LocalExecutor(gpu_ids, device, slots=parallel, say=bar.log).run(jobs, done, deadline, started=prog.started)
     echo(summary.render())
     echo(f"results: {out_dir} (memfrac report {out_dir}; memfrac gate {out_dir})")
     return 1 if summary.failed else 0
@@ -334,7 +338,7 @@ def _cpu_fallback(plan: Plan, path: str, out_dir: Path, say: Say, echo: Callable
 
     def done(r: JobResult) -> None:
         record(store, smoke_plan, r, summary)
-        status = r.result.status if r.result else "error"
+        status = r.status
         say(f"smoke run {r.job.group.key}: {status} ({r.elapsed_s:.0f} s)")
 
     jobs = [Job(g, store.raw_dir(g.key), "cpu") for g in smoke_plan.runs]

@@ -31,6 +31,10 @@ def test_hang_is_a_timeout_and_is_killed(tmp_path, monkeypatch):
     res = _run(tmp_path, "hang", monkeypatch, startup=4)
     assert res.status == "failed" and res.failure.kind == "timeout"
     assert res.failure.phase == "weights"  # the probe's begin without end
+    # the timeout says which limit ran out, how it was counted, and what the worker last showed
+    msg = res.failure.message
+    assert "startup:" in msg and "limit 4 s counted at this machine's slowness" in msg
+    assert "/health → ConnectError" in msg and "probe: in phase weights" in msg and "log: " in msg
     assert res.stop["sigkill"] is True and res.stop["left_behind"] == []
     assert time.monotonic() - t0 < 60
 

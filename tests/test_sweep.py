@@ -60,7 +60,8 @@ def test_budget_interrupts_then_resume_finishes(tmp_path):
     # a budget that lets the first run start and nothing after it (the first takes 3 s to get ready)
     _, lines = _sweep(p, tmp_path / "r", budget="1s")
     done = json.loads((tmp_path / "r" / "manifest.json").read_text())["runs"]
-    assert list(done) == ["ok"] and any("budget" in x for x in lines)
+    assert {k: v["status"] for k, v in done.items()} == {"ok": "ok", "crash-startup": "not_started"}
+    assert "budget" in done["crash-startup"]["reason"] and any("not started" in x for x in lines)
     _, lines = _sweep(p, tmp_path / "r", resume=True)
     assert any("resume: 1 run(s) already recorded" in x for x in lines)
     done = json.loads((tmp_path / "r" / "manifest.json").read_text())["runs"]

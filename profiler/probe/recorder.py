@@ -305,7 +305,7 @@ class Recorder:
 
     def _sample(self, now: float, force: bool) -> None:
         with self._lock:
-            s = self.probe.snapshot()
+            s = self.probe.snapshot(nvml=False)  # never NVML on the scheduler thread per sample
             assert self._rt_peak is not None
             before = (self._rt_peak.peak_reserved, self._rt_peak.peak_rss, self._rt_peak.min_free)
             self._rt_peak.absorb(s)

@@ -50,13 +50,17 @@ def reset_host_peak() -> bool:
 
 
 class Probe:
-    """Takes snapshots in one process. Holds the lazily imported torch/NVML handles, nothing global."""
+    """Takes snapshots in one process. Holds the lazily imported torch/NVML handles, nothing global.
+
+    NVML is asked until it first cannot answer, then never again (`nvml_off` says why): in a container NVML
+    lists host PIDs and never ours, and each miss would cost an NVML round trip per snapshot.
+    """
 
     def __init__(self) -> None:
         self._torch: Any = None
         self._nvml: Any = None
         self._nvml_handle: Any = None
-        self._nvml_failed = False
+        self.nvml_off: str | None = None  # why NVML is no longer asked (None: still asked)
         try:
             import torch
 
@@ -78,7 +82,8 @@ class Probe:
         t = self._torch
         return "gpu" if t is not None and t.cuda.is_available() else "host"
 
-    def snapshot(self) -> Snapshot:
+    def snapshot(self, nvml: bool = True) -> Snapshot:
+        """Read every layer; `nvml=False` skips NVML (the runtime samples: they run on the scheduler thread)."""
         rss, hwm = _read_status()
         s = Snapshot(kind="gpu" if self.kind == "gpu" else "host", t=time.time(), rss_mib=rss, rss_peak_mib=hwm)
         if not self.cuda:
@@ -93,7 +98,8 @@ class Probe:
         s.torch_reserved_mib = st.get("reserved_bytes.all.current", 0) / MIB
         s.torch_peak_allocated_mib = st.get("allocated_bytes.all.peak", 0) / MIB
         s.torch_peak_reserved_mib = st.get("reserved_bytes.all.peak", 0) / MIB
-        s.nvml_used_mib = self._nvml_process_mib(dev)
+        if nvml:
+            s.nvml_used_mib = self._nvml_process_mib(dev)
         return s
 
     def reset_peaks(self) -> None:
@@ -103,8 +109,8 @@ class Probe:
             self._torch.cuda.reset_peak_memory_stats(self._torch.cuda.current_device())
 
     def _nvml_process_mib(self, dev: int) -> float | None:
-        """This process's memory on its GPU as NVML counts it (context included); None when NVML is absent."""
-        if self._nvml_failed:
+        """This process's memory on its GPU as NVML counts it (context included); None once NVML cannot tell."""
+        if self.nvml_off is not None:
             return None
         try:
             if self._nvml is None:
@@ -121,13 +127,15 @@ class Probe:
                         self._nvml_handle = h
                         break
             if self._nvml_handle is None:
-                self._nvml_failed = True
+                self.nvml_off = f"NVML lists no GPU with this device's UUID (device {dev})"
                 return None
             pid = os.getpid()
             for p in self._nvml.nvmlDeviceGetComputeRunningProcesses(self._nvml_handle):
                 if p.pid == pid and p.usedGpuMemory is not None:
                     return p.usedGpuMemory / MIB
+            # a miss: a container's PID namespace (NVML lists host PIDs) or no per-process accounting
+            self.nvml_off = f"NVML lists no process with this PID ({pid}) on the GPU"
             return None
-        except Exception:  # NVML missing, no permission, containers without PID mapping
-            self._nvml_failed = True
+        except Exception as e:  # NVML missing, no permission
+            self.nvml_off = f"NVML unavailable: {type(e).__name__}: {e}"[:200]
             return None

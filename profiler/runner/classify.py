@@ -25,6 +25,7 @@ class Witnesses:
     returncode: int | None
     log_tail: str = ""
     load_error: str | None = None  # every request of a burst failed while the worker stayed up
+    timeout_detail: str | None = None  # which limit ran out, how it was counted, what the worker last showed
 
 
 def _in_flight(probe: ProbeRun) -> str | None:
@@ -68,8 +69,9 @@ def classify(w: Witnesses, probe: ProbeRun, from_log: Measurement | None) -> Fai
     oom = any(k in text for k in _OOM) or (log_f is not None and log_f.kind.startswith("oom"))
     if w.timed_out and not w.died:
         where = f" in phase {phase}" if phase else ""
+        detail = f" ({w.timeout_detail})" if w.timeout_detail else ""
         return Failure("timeout", phase=phase or ("runtime" if w.during_load else None),
-                       message=f"no progress within the time limit{where}")  # fmt: skip
+                       message=f"no progress within the time limit{where}{detail}"[:2000])  # fmt: skip
     if not w.ready and not probe.ranks and w.returncode not in (None, 0):
         bad = _bad_args_line(w.log_tail)
         if bad:

@@ -5,17 +5,24 @@ sglang's fake KV sender (bootstrap host "2.2.2.2", a unique bootstrap_room each)
 decode — `max_running_requests` concurrent requests with long outputs (`ignore_eos`), also carrying the
 fake bootstrap fields (a 0.5.23 decode worker dies on a request without `bootstrap_host`);
 null — both. Bounded in count and time; loopback only; input ids, since workers run without a tokenizer.
+Requests go through one httpx AsyncClient per run, created on the thread that joined the worker's network
+namespace when it has one. The time bound is machine-normalised (profiler.runner.patience): a watchdog
+cancels what is still in flight once it is spent, and those requests count as timed out.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from profiler.runner.net import NetThread, http_request
+import httpx
+
+from profiler.runner.net import NetThread, async_client
+from profiler.runner.patience import Patience
 
 FAKE_BOOTSTRAP_HOST = "2.2.2.2"  # sglang/srt/disaggregation/utils.py
 
@@ -90,40 +97,62 @@ def _body(mode: str, plan: LoadPlan, rng: random.Random, room: int, bootstrap_po
 
 
 async def _burst(
-    port: int, mode: str, plan: LoadPlan, deadline: float, bootstrap_port: int, vocab: int, seed: int
+    c: httpx.AsyncClient, mode: str, plan: LoadPlan, patience: Patience, bootstrap_port: int, vocab: int, seed: int
 ) -> LoadResult:
     res = LoadResult(plan)
     rng = random.Random(seed)
     sem = asyncio.Semaphore(plan.concurrency)
     t0 = time.monotonic()
 
+    def err(msg: str) -> None:
+        res.failed += 1
+        if len(res.errors) < 5:
+            res.errors.append(msg)
+
     async def one(i: int) -> None:
         async with sem:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if patience.spent():
                 res.timed_out = True
                 return
             res.sent += 1
             body = _body(mode, plan, rng, seed * 1_000_003 + i, bootstrap_port, vocab)
             try:
-                r = await http_request(port, "POST", "/generate", body, timeout=remaining)
-                if r.status == 200:
-                    res.ok += 1
-                    out = r.json()
-                    ids = out.get("output_ids") if isinstance(out, dict) else None
-                    res.output_tokens += len(ids) if isinstance(ids, list) else 0
-                else:
-                    res.failed += 1
-                    if len(res.errors) < 5:
-                        res.errors.append(f"HTTP {r.status}: {r.body[:200].decode(errors='replace')}")
-            except (OSError, TimeoutError, ValueError) as e:
-                res.failed += 1
-                if isinstance(e, TimeoutError):
-                    res.timed_out = True
-                if len(res.errors) < 5:
-                    res.errors.append(f"{type(e).__name__}: {e}")
+                r = await c.post("/generate", json=body)
+            except asyncio.CancelledError:
+                res.timed_out = True
+                err(f"timed out: {patience.describe()}")
+                raise
+            except httpx.HTTPError as e:
+                err(f"{type(e).__name__}: {e}")
+                return
+            if r.status_code != 200:
+                err(f"HTTP {r.status_code}: {r.text[:200]}")
+                return
+            try:
+                out = r.json()
+            except ValueError as e:
+                err(f"bad JSON from /generate: {e}")
+                return
+            res.ok += 1
+            ids = out.get("output_ids") if isinstance(out, dict) else None
+            res.output_tokens += len(ids) if isinstance(ids, list) else 0
 
-    await asyncio.gather(*(one(i) for i in range(plan.requests)))
+    tasks = [asyncio.ensure_future(one(i)) for i in range(plan.requests)]
+
+    async def watchdog() -> None:
+        while not all(t.done() for t in tasks):
+            if patience.spent():
+                res.timed_out = True
+                for t in tasks:
+                    t.cancel()
+                return
+            await asyncio.sleep(0.25)
+
+    dog = asyncio.ensure_future(watchdog())
+    await asyncio.gather(*tasks, return_exceptions=True)
+    dog.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await dog
     res.elapsed_s = time.monotonic() - t0
     return res
 
@@ -132,13 +161,16 @@ def run_load(
     net: NetThread, port: int, mode: str, plans: list[LoadPlan], *, timeout_s: float, bootstrap_port: int = 8998,
     vocab: int = 32000, seed: int = 0,
 ) -> list[LoadResult]:  # fmt: skip
-    """Run the bursts in order within `timeout_s` overall (inside the worker's namespace when needed)."""
-    deadline = time.monotonic() + timeout_s
+    """Run the bursts in order within `timeout_s` overall (machine-normalised; inside the worker's namespace
+    when needed: the client is created on that thread)."""
+    patience = Patience(timeout_s, "load")
+    width = max((p.concurrency for p in plans), default=1)
 
     async def all_bursts() -> list[LoadResult]:
         out = []
-        for k, p in enumerate(plans):
-            out.append(await _burst(port, mode, p, deadline, bootstrap_port, vocab, seed * 10 + k + 1))
+        async with async_client(port, width) as c:
+            for k, p in enumerate(plans):
+                out.append(await _burst(c, mode, p, patience, bootstrap_port, vocab, seed * 10 + k + 1))
         return out
 
     return net.call(lambda: asyncio.run(all_bursts()))

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -21,6 +20,7 @@ from profiler.errors import MemfracError
 from profiler.measurement import Failure, Identity, Measurement, Phase, Rank
 from profiler.probe.reader import ProbeRun, read_probe_dir
 from profiler.runner.classify import Witnesses, classify
+from profiler.runner.devices import GpuUse, gpu_use
 from profiler.runner.load import LoadResult, plan_load, run_load
 from profiler.runner.worker import Worker, WorkerSpec, build_spec, cuda_machine
 from profiler.scenario import Scenario, scenario_dict
@@ -29,6 +29,8 @@ Progress = Callable[[str], None]
 # On a CPU machine the load stays small: it proves the pipeline, not the memory of a GPU worker.
 CPU_LOAD_REQUESTS = 8
 CPU_OUTPUT_LEN = 16
+RELEASE_WAIT_S = 60.0  # how long stop may take to give the GPU memory back (driver teardown)
+RELEASE_POLL_S = 2.0
 _READY_KEYS = ("max_total_num_tokens", "chunked_prefill_size", "max_prefill_tokens", "max_running_requests")
 
 
@@ -94,41 +96,37 @@ def check_cpu_feasible(s: Scenario) -> None:
         )
 
 
-def gpu_memory_used(gpus: list[int] | None) -> dict[int, float] | None:
-    """memory.used per GPU from nvidia-smi (None off-GPU)."""
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=30,
-        )  # fmt: skip
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if out.returncode != 0:
-        return None
-    used = {}
-    for line in out.stdout.splitlines():
-        try:
-            i, m = line.split(",")
-            used[int(i)] = float(m)
-        except ValueError:
-            continue
-    return {g: used[g] for g in (gpus if gpus is not None else used) if g in used}
-
-
 def check_memory_returned(
-    before: dict[int, float] | None, gpus: list[int] | None, timeout_s: float = 60, tolerance_mib: float = 512
+    before: GpuUse,
+    entries: list[str] | None,
+    timeout_s: float | None = None,
+    tolerance_mib: float = 512,
+    poll_s: float | None = None,
 ) -> dict[str, Any]:
-    """After stop: wait until every GPU's used memory is back within `tolerance_mib` of its pre-run value."""
-    if before is None:
-        return {"checked": False, "why": "no nvidia-smi (host run)"}
+    """After stop: wait until each of the run's GPUs (by UUID) is back within `tolerance_mib` of its pre-run use.
+
+    `returned` is True or False when nvidia-smi answered, None (unknown, `why` says what failed) when it did not."""
+    timeout_s = RELEASE_WAIT_S if timeout_s is None else timeout_s
+    poll_s = RELEASE_POLL_S if poll_s is None else poll_s
+    if before.error is not None:
+        return {"checked": False, "returned": None, "why": f"GPU memory before the run unknown: {before.error}"}
+    out: dict[str, Any] = {"checked": True, "gpus": dict(before.uuids), "before_mib": dict(before.used_mib)}
     deadline = time.monotonic() + timeout_s
-    after = before
-    while time.monotonic() < deadline:
-        after = gpu_memory_used(gpus) or {}
-        if all(after.get(g, 0.0) - before.get(g, 0.0) <= tolerance_mib for g in before):
-            return {"checked": True, "returned": True, "before_mib": before, "after_mib": after}
-        time.sleep(2)
-    return {"checked": True, "returned": False, "before_mib": before, "after_mib": after}
+    failures = 0
+    while True:
+        after = gpu_use(entries)
+        if after.error is not None:
+            failures += 1
+            if failures >= 3 or time.monotonic() >= deadline:
+                return {**out, "returned": None, "why": f"GPU memory after stop unknown: {after.error}"}
+        else:
+            failures = 0
+            out["after_mib"] = {u: after.used_mib.get(u) for u in before.used_mib}
+            if all(after.used_mib.get(u, float("inf")) - b <= tolerance_mib for u, b in before.used_mib.items()):
+                return {**out, "returned": True}
+            if time.monotonic() >= deadline:
+                return {**out, "returned": False, "why": f"still above the pre-run use + {tolerance_mib:.0f} MiB"}
+        time.sleep(poll_s)
 
 
 def _ready_phase(info: dict[str, Any]) -> Phase:
@@ -210,7 +208,8 @@ def run_scenario(
     spec = build_spec(s, out_dir, device=device, gpus=gpus, transfer_backend=transfer_backend, python=python)
     worker = Worker(spec)
     _write_json(out_dir / "command.json", {"argv": worker.command(), "env": spec.env, "device": device})
-    gpu_before = gpu_memory_used(gpus) if device == "cuda" else None
+    entries = spec.visible_devices
+    gpu_before = gpu_use(entries) if device == "cuda" else None
     say(f"{s.name}: starting {s.mode} worker on {device} (port {spec.port}); log: {spec.log_path}")
     ready = timed_out = died = during_load = False
     info: dict[str, Any] | None = None
@@ -222,6 +221,8 @@ def run_scenario(
         if not ready:
             died = not worker.alive()
             timed_out = not died
+            if timed_out:
+                say(f"{s.name}: not ready in time ({worker.timeout_detail})")
         else:
             startup_s = (worker.ready_at or time.monotonic()) - worker.started_at
             say(f"{s.name}: ready after {startup_s:.0f} s")
@@ -237,15 +238,21 @@ def run_scenario(
     finally:
         stop = worker.stop()
     say(f"{s.name}: stopped in {stop.get('stop_s')} s" + (" (SIGKILL needed)" if stop.get("sigkill") else ""))
-    gpu_check = check_memory_returned(gpu_before, gpus) if device == "cuda" else {"checked": False, "why": "host run"}
+    gpu_check = (
+        check_memory_returned(gpu_before, entries)
+        if gpu_before is not None
+        else {"checked": False, "returned": None, "why": "host run"}
+    )
     probe = read_probe_dir(spec.probe_dir)
     from_log = _parse_log(spec.log_path)
     tail = _tail(spec.log_path)
     load_error = next((f"{r.plan.kind}: {r.errors[0] if r.errors else 'no request succeeded'}"
                        for r in loads if r.sent and not r.ok), None)  # fmt: skip
+    load_timeout = next((e for r in loads if r.timed_out for e in r.errors if e.startswith("timed out")), None)
     w = Witnesses(
-        ready, timed_out, died, during_load, worker.returncode if died or not ready else None, tail, load_error
-    )
+        ready, timed_out, died, during_load, worker.returncode if died or not ready else None, tail, load_error,
+        worker.timeout_detail or load_timeout,
+    )  # fmt: skip
     failure = classify(w, probe, from_log)
     m = assemble(s, spec, probe, info, failure, from_log)
     m.save(out_dir / "measurement.json")

@@ -20,13 +20,18 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import httpx
 
 from profiler.errors import MemfracError
 from profiler.launch import server_argv
 from profiler.probe.activate import probe_env
+from profiler.runner.devices import VISIBLE, parent_entries, worker_env
 from profiler.runner.net import NetThread, free_ports, get
+from profiler.runner.patience import Patience
 from profiler.scenario import GraphSettings, Scenario
 
 TRANSFER_PACKAGES = {
@@ -49,20 +54,28 @@ def cuda_machine() -> bool:
     return out.returncode == 0 and "GPU " in out.stdout
 
 
-def check_transfer_backend(backend: str) -> None:
-    """Fail before starting anything when the prefill transfer engine cannot load; name what to install."""
+def check_transfer_backend(
+    backend: str,
+    find_spec: Callable[[str], object] | None = None,
+    find_library: Callable[[str], str | None] | None = None,
+) -> None:
+    """Fail before starting anything when the prefill transfer engine cannot load; name what to install.
+
+    `find_spec`/`find_library` default to importlib's and ctypes' finders (passed in to check another machine's
+    answers)."""
+    import ctypes.util
+
+    find_spec = find_spec or importlib.util.find_spec
+    find_library = find_library or ctypes.util.find_library
     mod, package = TRANSFER_PACKAGES.get(backend, (None, None))
     if mod is None:
         return
-    if importlib.util.find_spec(mod) is None:
+    if find_spec(mod) is None:
         raise MemfracError(f"prefill workers need the {backend} transfer engine: pip install {package}")
-    if mod == "mooncake":
-        import ctypes.util
-
-        if ctypes.util.find_library("ibverbs") is None:
-            raise MemfracError(
-                "mooncake needs libibverbs even over TCP: apt-get install libibverbs1 (make test installs it)"
-            )
+    if mod == "mooncake" and find_library("ibverbs") is None:
+        raise MemfracError(
+            "mooncake needs libibverbs even over TCP: apt-get install libibverbs1 (make test installs it)"
+        )
 
 
 @dataclass
@@ -89,6 +102,12 @@ class WorkerSpec:
     @property
     def probe_dir(self) -> Path:
         return self.out_dir / "probe"
+
+    @property
+    def visible_devices(self) -> list[str] | None:
+        """The CUDA_VISIBLE_DEVICES entries the worker sees (None: every GPU of the node)."""
+        raw = self.env.get(VISIBLE, os.environ.get(VISIBLE))
+        return None if raw is None else [e.strip() for e in raw.split(",") if e.strip()]
 
 
 def build_spec(
@@ -132,8 +151,14 @@ def build_spec(
         if s.mode == "prefill":
             env["SGLANG_HOST_IP"] = "127.0.0.1"
             spec.isolate_network = _can_isolate()
-    elif gpus is not None:
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
+            # sglang 0.5.23 disaggregation/prefill.py:1496 (maybe_send_cached_prefix_chunk) records a
+            # torch.cuda.Event on the forward stream, which on the CPU is no CUDA stream: the scheduler dies as
+            # soon as a request starts with a cached prefix (a radix hit, or the second chunk of a request that
+            # shared a batch). The early send is an optional optimisation ("the regular final send covers the
+            # full range"); off on the CPU unless the scenario sets it.
+            env.setdefault("SGLANG_DISAGG_PREFILL_EARLY_SEND_CACHED_PREFIX", "0")
+    else:  # sweep index i = the i-th entry of the parent's CUDA_VISIBLE_DEVICES; PCI order, as nvidia-smi
+        env.update(worker_env(gpus, parent_entries()))
     env.update(probe_env(out_dir / "plugin", spec.probe_dir, {**os.environ, **env}))
     spec.argv, spec.env = a, env
     return spec
@@ -155,6 +180,17 @@ def _cpu_env(stub_dir: Path) -> dict[str, str]:
     }
 
 
+def _last_line(path: Path) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 4096))
+            lines = f.read().decode(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return lines[-1].strip() if lines else ""
+
+
 def _cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "memfrac"
 
@@ -173,6 +209,8 @@ class Worker:
         self.ready_at: float | None = None
         self.returncode: int | None = None
         self.stop_report: dict[str, object] = {}
+        self.last_seen: dict[str, str] = {}  # what the worker last answered, per endpoint
+        self.timeout_detail: str | None = None  # set when wait_ready ran out of time
 
     def __enter__(self) -> Worker:
         self.start()
@@ -213,29 +251,62 @@ class Worker:
         return rc is None
 
     def wait_ready(self, timeout_s: float, progress: object = None) -> bool:
-        """Poll /health until 200 (sglang answers 503 until its warmup request has finished)."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        """Poll /health until 200 (sglang answers 503 until its warm-up request has finished) while the process
+        lives. The limit is machine-normalised (Patience); on timeout `timeout_detail` says what was last seen."""
+        patience = Patience(timeout_s, "startup")
+        while True:
             if not self.alive():
+                self.last_seen["process"] = f"exited with status {self.returncode}"
                 return False
             try:
-                r = get(self.net, self.spec.port, "/health", timeout=5)
-                if r.status == 200:
+                r = get(self.net, self.spec.port, "/health", timeout=min(10.0, max(1.0, patience.remaining_wall())))
+                self.last_seen["/health"] = f"HTTP {r.status_code}"
+                if r.status_code == 200:
                     self.ready_at = time.monotonic()
                     return True
-            except (OSError, TimeoutError):
-                pass
+            except (httpx.HTTPError, OSError) as e:
+                self.last_seen["/health"] = f"{type(e).__name__}: {e}"[:200]
             if callable(progress):
                 progress(time.monotonic() - self.started_at)
+            if patience.spent():
+                self.timeout_detail = self.seen(patience)
+                return False
             time.sleep(0.5)
-        return False
 
-    def server_info(self) -> dict[str, object] | None:
+    def seen(self, patience: Patience) -> str:
+        """The limit that ran out and what the worker last showed: its HTTP answers, the probe, its log."""
+        from profiler.probe.reader import read_probe_dir
+
+        parts = [f"{k} → {v}" for k, v in self.last_seen.items()]
         try:
-            r = get(self.net, self.spec.port, "/server_info", timeout=30)
-            return r.json() if r.status == 200 else None
-        except (OSError, TimeoutError, ValueError):
-            return None
+            probe = read_probe_dir(self.spec.probe_dir)
+            flying = next(iter(probe.in_flight.values()), None)
+            last = probe.ranks[0].phases[-1].name if probe.ranks and probe.ranks[0].phases else None
+            if flying or last:
+                parts.append(f"probe: in phase {flying}" if flying else f"probe: last phase ended {last}")
+        except Exception:  # a half-written probe file says nothing more
+            pass
+        tail = _last_line(self.spec.log_path)
+        if tail:
+            parts.append(f"log: {tail[:200]}")
+        return f"{patience.describe()}; last seen: " + ("; ".join(parts) or "nothing")
+
+    def server_info(self, timeout_s: float = 60.0) -> dict[str, object] | None:
+        """/server_info, asked again while the worker lives (a loaded machine may answer slowly)."""
+        patience = Patience(timeout_s, "/server_info")
+        while self.alive():
+            try:
+                wait = min(30.0, max(5.0, patience.remaining_wall()))
+                r = get(self.net, self.spec.port, "/server_info", timeout=wait)
+                if r.status_code == 200:
+                    return r.json()
+                self.last_seen["/server_info"] = f"HTTP {r.status_code}"
+            except (httpx.HTTPError, OSError, ValueError) as e:
+                self.last_seen["/server_info"] = f"{type(e).__name__}: {e}"[:200]
+            if patience.spent():
+                return None
+            time.sleep(0.5)
+        return None
 
     def group_pids(self) -> list[int]:
         """Live (non-zombie) processes of the worker's process group."""
@@ -259,20 +330,21 @@ class Worker:
         """SIGTERM the main process (sglang drains and takes its children down), then SIGKILL the group."""
         if self.proc is None or self.stop_report:
             return self.stop_report
-        grace = self.spec.scenario.run.stop_grace_s if grace_s is None else grace_s
+        grace = Patience(self.spec.scenario.run.stop_grace_s if grace_s is None else grace_s, "stop")
         t0 = time.monotonic()
         killed = False
         if self.proc.poll() is None:
             try:
                 self.proc.send_signal(signal.SIGTERM)
-                self.proc.wait(timeout=grace)
+                while self.proc.poll() is None:  # sglang drains; its children follow it
+                    if grace.spent():
+                        raise subprocess.TimeoutExpired(self.spec.argv, grace.elapsed())
+                    time.sleep(0.1)
             except subprocess.TimeoutExpired:
                 killed = True
             except ProcessLookupError:
                 pass
-        for _ in range(int(max(grace, 1) * 10)):
-            if not self.group_pids():
-                break
+        while self.group_pids() and not grace.spent():
             time.sleep(0.1)
         left = self.group_pids()
         if left or killed:
