@@ -173,10 +173,6 @@ def _cpu_env(stub_dir: Path) -> dict[str, str]:
         "SGLANG_USE_CPU_ENGINE": "1",
         "LD_LIBRARY_PATH": str(stub) + (os.pathsep + ld if ld else ""),
         "MEMFRAC_CPU_PATCHES": "1",
-        # disaggregation/prefill.py maybe_send_cached_prefix_chunk records a torch.cuda.Event when overlap
-        # scheduling has not yet advanced start_send_idx (timing-dependent: it crashed a CPU prefill worker
-        # under load with "expected stream to be a torch.Stream"); the regular send covers the same range.
-        "SGLANG_DISAGG_PREFILL_EARLY_SEND_CACHED_PREFIX": "false",
     }
 
 
