@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from profiler.heuristic import RuleSet, inputs_from_scenario, reserve
+from profiler.heuristic.model import NOT_IN_RULE
 from profiler.heuristic.record import TERM_NAMES, Reservation
 from profiler.modelcfg import dtype_bytes
 from profiler.scenario import Scenario
@@ -94,12 +95,15 @@ def render_text(e: Explanation) -> str:
         + (f" dp {s.dp}" if s.dp > 1 else "")
         + (f", moe_a2a {s.moe_a2a_backend}" if s.moe_a2a_backend != "none" else ""),
         f"rules: sglang {r.rule_set.name} (applies to {r.rule_set.releases})",
+        f"  the rule: {r.rule_set.summary}",
         "resolution before the heuristic:",
     ]  # fmt: skip
     lines += [f"  - {st.detail}" for st in r.steps] or ["  - (nothing to resolve: every input was given)"]
     w = max(len(n) for n in TERM_NAMES)
     lines.append(f"  {'term':<{w}}  {'MiB':>9}  why")
     for t in r.terms:
+        if not t.on and t.reason.startswith(NOT_IN_RULE):
+            continue  # a term of another release family's rule
         mark = " " if t.on else "-"
         lines.append(f"{mark} {t.name:<{w}}  {_mib(t.mib):>9}  {t.reason}")
     lines.append(
@@ -145,6 +149,8 @@ def render_compare(s: Scenario, ra: Reservation, rb: Reservation) -> str:
     out = [f"{s.name}: {s.model} on {s.gpu.name} ({s.gpu.total_mib} MiB), mode {s.mode}, tp {s.tp}"]
     out.append(f"  {'term':<{w}}  {a:>9}  {b:>9}  {'Δ MiB':>8}  why it differs")
     for ta, tb in zip(ra.terms, rb.terms, strict=True):
+        if not (ta.on or tb.on) and ta.reason.startswith(NOT_IN_RULE) and tb.reason.startswith(NOT_IN_RULE):
+            continue
         d = tb.mib - ta.mib
         note = "" if abs(d) < 1e-9 and ta.on == tb.on else f"{a}: {ta.reason} | {b}: {tb.reason}"
         out.append(f"  {ta.name:<{w}}  {_mib(ta.mib):>9}  {_mib(tb.mib):>9}  {_mib(d):>8}  {note}")

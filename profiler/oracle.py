@@ -276,9 +276,9 @@ def _old_release_shims() -> None:
 
     - `triton.runtime.cache.default_cache_dir` & co. (0.4.0–0.4.6 `srt/utils.py`, a kernel cache path);
     - `torch._C._cpu._is_amx_tile_supported` (0.4.9+ `srt/custom_op.py`, CPU AMX detection, renamed in torch);
-    - `vllm._custom_ops` (0.4.9 … 0.5.2 `layers/quantization/fp8.py` off CUDA) and `sgl_kernel` (0.5.2 … 0.5.9
-      `layers/moe/…` import its kernels unguarded; today's sgl_kernel raises without libcuda): modules whose
-      functions refuse to run.
+    - `vllm._custom_ops` (0.4.9 … 0.5.2 `layers/quantization/fp8.py` off CUDA), `decord` (0.4.4.post4 …
+      0.4.5.post1 `srt/utils.py`, video decoding) and `sgl_kernel` (0.5.2 … 0.5.9 `layers/moe/…` import its
+      kernels unguarded; today's sgl_kernel raises without libcuda): modules whose functions refuse to run.
     Their heuristics (`ServerArgs.__post_init__`) read none of these: the import chain reaches them through
     `ModelConfig` (read for is_multimodal / MLA). Nothing that imports is replaced, and releases from 0.5.12
     on get no stand-in at all, so the conformance of the modern releases runs on the unmodified stack.
@@ -323,6 +323,8 @@ def _old_release_shims() -> None:
     if importlib.util.find_spec("vllm") is None:
         for modname in ("vllm", "vllm._custom_ops"):
             sys.modules[modname] = absent(modname)
+    if importlib.util.find_spec("decord") is None:  # 0.4.4.post4 … 0.4.5.post1 `srt/utils.py`: video decoding
+        sys.modules["decord"] = absent("decord")
     try:
         import sgl_kernel  # noqa: F401
     except ImportError:

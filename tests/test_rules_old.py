@@ -300,3 +300,34 @@ def test_every_rule_set_explains_every_term(rules):
     r = reserve(HeuristicInputs(gpu_mem_mib=H200, tp=8, attn_dp=8, speculative_algorithm="EAGLE"), rules_for(rules))
     assert [t.name for t in r.terms] == list(TERM_NAMES) and all(t.reason for t in r.terms)
     assert r.rule_set.summary and r.rule_set.releases
+
+
+def test_issue_headline_deepseek_r1_tp8_b200_on_0_4_10():
+    # issue 10: a DeepSeek-R1 TP8 B200 log from 0.4.10 is 0.821 / 32 GiB reserved, not 0.950 / 8.2 GiB
+    # 0.4.10 server_args.py:286-325: B200 183359 MiB ≥ 160 GiB → 32 × 1024 = 32768 flat;
+    # (183359 − 32768) / 183359 = 150591 / 183359 = 0.82129 → 0.821
+    r = reserve(HeuristicInputs(gpu_mem_mib=B200, tp=8, is_mla=True), rules_for("0.4.10"))
+    assert (r.mem_fraction_static, r.reserved_mib) == (0.821, 32768)
+
+
+def test_explain_cli_takes_every_release(capsys):
+    import json
+
+    from profiler.cli import main
+
+    root = __import__("pathlib").Path(__file__).resolve().parent.parent
+    toml = str(root / "scenarios/llama8b-h200-decode.toml")
+    # H200 tp 1 on 0.4.10.post1: 12 GiB + 1/2 GiB = 12800 → 130971 / 143771 = 0.91097 → 0.911
+    assert main(["explain", toml, "--rules", "v0.4.10.post1", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert (d["rules"], d["mem_fraction_static"], d["reserved_mib"]) == ("0.4.9.post3", 0.911, 12800)
+    assert "reserve by GPU band" in d["rule"] and d["rule_releases"] == "0.4.9.post3 … 0.5.2rc2"
+    assert main(["explain", toml, "--rules", "0.4.0"]) == 0
+    out = capsys.readouterr().out
+    assert "the rule: fraction by tp size" in out and "mem_fraction_static = 0.880" in out
+    assert "activation" not in out  # terms of the later mechanism are not listed for a formula rule
+    assert main(["explain", toml, "--rules", "0.6.1", "--json"]) == 0
+    cap = capsys.readouterr()
+    assert json.loads(cap.out)["rules"] == "0.5.23" and "newer than 0.5.23" in cap.err
+    assert main(["explain", toml, "--rules", "0.3.6"]) == 2
+    assert "predates 0.4.0" in capsys.readouterr().err

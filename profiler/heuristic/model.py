@@ -563,6 +563,8 @@ def evaluate(
 
 
 _NSA_ARCHS = frozenset({"DeepseekV32ForCausalLM"})
+#: How a term's reason starts when the rule set's mechanism has no such term (explain hides those rows).
+NOT_IN_RULE = "not part of the"
 
 
 def _finish(
@@ -595,8 +597,8 @@ def _finish(
         for i in range(_N):
             if not why[i]:
                 why[i] = (
-                    f"not part of the {rules.name} rule (a formula, not a sum of terms)" if old_formula
-                    else f"not part of the {rules.name} rule (used before 0.5.3rc2)"
+                    f"{NOT_IN_RULE} {rules.name} rule (a formula, not a sum of terms)" if old_formula
+                    else f"{NOT_IN_RULE} {rules.name} rule (used before 0.5.3rc2)"
                 )  # fmt: skip
     return res, mib, on, why, steps, total, frac, tuple(flags)
 

@@ -232,6 +232,8 @@ class Reservation:
         """JSON-ready form (what `memfrac explain --json` prints)."""
         return {
             "rules": self.rules,
+            "rule_releases": self.rule_set.releases,
+            "rule": self.rule_set.summary,
             "gpu_mem_mib": self.inputs.gpu_mem_mib,
             "mem_fraction_static": self.mem_fraction_static,
             "heuristic_fraction": self.heuristic_fraction,
