@@ -331,3 +331,20 @@ def test_explain_cli_takes_every_release(capsys):
     assert json.loads(cap.out)["rules"] == "0.5.23" and "newer than 0.5.23" in cap.err
     assert main(["explain", toml, "--rules", "0.3.6"]) == 2
     assert "predates 0.4.0" in capsys.readouterr().err
+
+
+def test_inputs_from_an_old_log_server_args():
+    from profiler.heuristic import inputs_from_args
+
+    # a 0.5.6 server_args with --enable-piecewise-cuda-graph: the opt-in term counts (max tokens 4096 // 4)
+    args = {"tp_size": 1, "chunked_prefill_size": 2048, "cuda_graph_max_bs": 256, "enable_piecewise_cuda_graph": True,
+            "piecewise_cuda_graph_max_tokens": 4096, "model_path": "m"}  # fmt: skip
+    inp = inputs_from_args(args, gpu_mem_mib=H100, architecture="LlamaForCausalLM")
+    # 512 + 3072 + 512 + 128 = 4224 → floor 10240 → + 1024 = 11264 → 70295 / 81559 = 0.86189 → 0.862
+    assert reserve(inp, rules_for("0.5.6")).mem_fraction_static == 0.862
+    # 0.4.x spell attention DP --dp-size 8 --enable-dp-attention and DeepEP --enable-deepep-moe
+    args = {"tp_size": 8, "dp_size": 8, "enable_dp_attention": True, "enable_deepep_moe": True}
+    inp = inputs_from_args(args, gpu_mem_mib=B200, architecture="DeepseekV3ForCausalLM")
+    assert (inp.attn_dp, inp.moe_a2a_backend) == (8, "deepep")
+    # 0.4.10: 32768 + 4096 (DP attention) = 36864 → 146495 / 183359 = 0.79895 → 0.799
+    assert reserve(inp, rules_for("0.4.10")).mem_fraction_static == 0.799
