@@ -106,6 +106,7 @@ def test_0_4_6_post2_table_by_tp_pp_and_the_48_gib_blend():
     # B300: min(0.88 + 5898.24 / 275040 = 0.901445…, 256608 / 275040 = 0.932984…) → the 48 GiB blend wins
     r = reserve(HeuristicInputs(gpu_mem_mib=B300), rules_for("0.4.6.post4"))
     assert r.mem_fraction_static == pytest.approx(0.88 + 5898.24 / 275040, abs=1e-15)
+    assert mfs("0.4.6.post5", H200) == mfs("0.4.6.post2", H200)  # post5 differs only without a GPU size
     # reserve: 0.12 × 275040 = 33004.8 in the table, the blend gives back 5898.24 → 27106.56 MiB
     assert r.mib("fraction_table") == pytest.approx(33004.8) and r.mib("big_gpu") == pytest.approx(-5898.24)
     assert r.reserved_mib == pytest.approx(27106.56)
