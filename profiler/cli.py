@@ -18,7 +18,8 @@ Handler = Callable[[argparse.Namespace], int]
 
 def _cmd_explain(a: argparse.Namespace) -> int:
     from profiler.explain import compare_rules, explain, render_compare, render_text
-    from profiler.heuristic import rules_for
+    from profiler.heuristic import RULE_SETS, rules_for
+    from profiler.heuristic.releases import is_newer_than_known
     from profiler.scenario import load_scenarios
     from profiler.validation import check
 
@@ -28,7 +29,7 @@ def _cmd_explain(a: argparse.Namespace) -> int:
     else:
         rules_for(a.rules)  # an unknown or unmodelled release is refused before sglang is asked
     validation = check(scenarios, None if a.compare_rules else a.rules, enabled=not a.no_validate)
-    if not validation.validated:
+    if not validation.validated or validation.inexpressible:
         print(f"note: {validation.summary()}", file=sys.stderr)
     if a.compare_rules:
         pairs = [(s, *compare_rules(s, ra_, rb_)) for s in scenarios]
@@ -48,6 +49,9 @@ def _cmd_explain(a: argparse.Namespace) -> int:
             print("\n\n".join(render_compare(s, x, y) for s, x, y in pairs))
         return 0
     rules = rules_for(a.rules)
+    if is_newer_than_known(a.rules) and a.rules not in RULE_SETS:
+        print(f"memfrac: sglang {a.rules} is newer than {rules.name}, the newest release memfrac knows: "
+              f"its rules are assumed to be {rules.name}'s", file=sys.stderr)  # fmt: skip
     exps = [explain(s, rules, a.free_at_start, validation) for s in scenarios]
     if a.oracle:
         from profiler.oracle import resolve_scenario
@@ -335,7 +339,7 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
 def _add_explain(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("explain", help="the heuristic's terms for a scenario and what they leave for the KV cache")
     p.add_argument("scenario", help="scenario .toml (a [matrix] explains every expanded scenario)")
-    p.add_argument("--rules", default="0.5.23", help="sglang release whose rules to apply (default 0.5.23)")
+    p.add_argument("--rules", default="0.5.23", help="sglang release whose rules to apply, 0.4.0 on (default 0.5.23)")
     p.add_argument("--compare-rules", nargs=2, metavar=("A", "B"), help="show term by term how two releases differ")
     p.add_argument("--free-at-start", type=float, metavar="MIB", help="free GPU memory at start (default: capacity)")
     p.add_argument("--oracle", action="store_true", help="also resolve with the installed sglang and print both")

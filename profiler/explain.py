@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from profiler import ui
 from profiler.a2a import A2AReport, report_for
 from profiler.heuristic import RuleSet, inputs_from_scenario, reserve
+from profiler.heuristic.model import NOT_IN_RULE
 from profiler.heuristic.record import Reservation
 from profiler.modelcfg import dtype_bytes
 from profiler.postcapture import Answers, answers
@@ -89,6 +90,8 @@ def explain(
 ) -> Explanation:
     r = reserve(inputs_from_scenario(s), rules)
     release = validation.release if validation is not None and validation.validated else None
+    if release is not None and s.name not in validation.results:  # type: ignore[union-attr]
+        release = None  # that release cannot spell this scenario: not validated (the summary says why)
     return Explanation(
         s, r, kv_budget(s, r.mem_fraction_static, free_at_start_mib), report_for(s, r),
         answers(s, rules, free_at_start_mib),
@@ -119,10 +122,15 @@ def render_text(e: Explanation) -> str:
         + (f" dp {s.dp}" if s.dp > 1 else "")
         + (f", moe_a2a {s.moe_a2a_backend}" if s.moe_a2a_backend != "none" else ""),
         f"rules: sglang {r.rule_set.name} (applies to {r.rule_set.releases})",
+        f"  the rule: {r.rule_set.summary}",
         "resolution before the heuristic:",
     ]  # fmt: skip
     lines += [f"  - {st.detail}" for st in r.steps] or ["  - (nothing to resolve: every input was given)"]
-    rows = [["yes" if t.on else "no", t.name, _mib(t.mib), t.reason] for t in r.terms]
+    rows = [
+        ["yes" if t.on else "no", t.name, _mib(t.mib), t.reason]
+        for t in r.terms
+        if t.on or not t.reason.startswith(NOT_IN_RULE)  # a term of another release family's rule: not shown
+    ]
     rows.append(["", "reserved", _mib(r.reserved_mib), f"= {r.reserved_mib / 1024:.2f} GiB of {s.gpu.total_mib} MiB"])
     lines.append(ui.table(["on", "term", "MiB", "why"], rows, right=[False, False, True, False]))
     flags = ", ".join(r.flags) if r.flags else "none"
@@ -209,6 +217,8 @@ def render_compare(s: Scenario, ra: Reservation, rb: Reservation) -> str:
     out = [f"{s.name}: {s.model} on {s.gpu.name} ({s.gpu.total_mib} MiB), mode {s.mode}, tp {s.tp}"]
     rows: list[list[str]] = []
     for ta, tb in zip(ra.terms, rb.terms, strict=True):
+        if not (ta.on or tb.on) and ta.reason.startswith(NOT_IN_RULE) and tb.reason.startswith(NOT_IN_RULE):
+            continue
         d = tb.mib - ta.mib
         note = "" if abs(d) < 1e-9 and ta.on == tb.on else f"{a}: {ta.reason} | {b}: {tb.reason}"
         rows.append([ta.name, _mib(ta.mib), _mib(tb.mib), _mib(d), note])

@@ -114,19 +114,16 @@ class _Patches:
         self._platform: Any = None
 
     def __enter__(self) -> _Patches:
-        import sglang.srt.utils.common as common
-
-        original = common.get_device_memory_capacity
         # Older releases bind it in server_args; newer in several arg_groups modules. Patch every binding.
-        for modname in [m for m in list(sys.modules) if m.startswith("sglang.")]:
-            mod = sys.modules.get(modname)
-            if mod is not None and getattr(mod, "get_device_memory_capacity", None) is original:
-                self._set(
-                    mod,
-                    "get_device_memory_capacity",
-                    lambda *a, **k: self.gpu_mem_mib,
-                    f"{modname}.get_device_memory_capacity",
-                )
+        for name, original in _capacity_functions():
+            for modname in [m for m in list(sys.modules) if m.startswith("sglang.")]:
+                mod = sys.modules.get(modname)
+                if mod is not None and getattr(mod, name, None) is original:
+                    self._set(mod, name, lambda *a, **k: self.gpu_mem_mib, f"{modname}.{name}")
+        sa_mod = sys.modules.get("sglang.srt.server_args")
+        if sa_mod is not None and getattr(sys.modules.get("sglang"), "__version__", "") == "0.4.7":
+            # 0.4.7 server_args.py:268, its only is_cuda() call: the > 180 GB branch applies on CUDA alone
+            self._set(sa_mod, "is_cuda", lambda: True, "sglang.srt.server_args.is_cuda")
         try:
             import sglang.srt.model_executor.cuda_graph_config as cgc
 
@@ -164,6 +161,20 @@ class _Patches:
             self._platform.restore()
         for obj, name, value in reversed(self.undo):
             setattr(obj, name, value)
+
+
+def _capacity_functions() -> list[tuple[str, Any]]:
+    """sglang's GPU-capacity readers: `get_device_memory_capacity` (0.4.6+; `srt/utils.py` until the
+    `srt/utils/` package) and `get_nvgpu_memory_capacity`, which 0.4.0–0.4.5 call directly in server_args."""
+    out = []
+    for modname in ("sglang.srt.utils.common", "sglang.srt.utils"):
+        with contextlib.suppress(ImportError):
+            mod = __import__(modname, fromlist=["_"])
+            for name in ("get_device_memory_capacity", "get_nvgpu_memory_capacity"):
+                fn = getattr(mod, name, None)
+                if fn is not None and (name, fn) not in out:
+                    out.append((name, fn))
+    return out
 
 
 def _import_resolver_modules() -> None:
@@ -327,6 +338,82 @@ def resolve_batch_subprocess(
     return [OracleResult(**{**r, "patched": tuple(r["patched"])}) for r in out]
 
 
+def _release_on_path() -> str:
+    """The version of the sglang first on sys.path, read from its `version.py` without importing sglang."""
+    import importlib.util
+    import re
+
+    spec = importlib.util.find_spec("sglang")
+    for d in (spec.submodule_search_locations or []) if spec else []:
+        with contextlib.suppress(OSError), open(os.path.join(d, "version.py")) as f:
+            m = re.search(r"__version__\s*=\s*[\"']([^\"']+)", f.read())
+            if m:
+                return m.group(1)
+    return ""
+
+
+def _old_release_shims() -> None:
+    """Stand-ins for what releases before 0.5.12 import at module level and today's stack no longer has.
+
+    - `triton.runtime.cache.default_cache_dir` & co. (0.4.0–0.4.6 `srt/utils.py`, a kernel cache path);
+    - `torch._C._cpu._is_amx_tile_supported` (0.4.9+ `srt/custom_op.py`, CPU AMX detection, renamed in torch);
+    - `vllm._custom_ops` (0.4.9 … 0.5.2 `layers/quantization/fp8.py` off CUDA), `decord` (0.4.4.post4 …
+      0.4.5.post1 `srt/utils.py`, video decoding) and `sgl_kernel` (0.5.2 … 0.5.9 `layers/moe/…` import its
+      kernels unguarded; today's sgl_kernel raises without libcuda): modules whose functions refuse to run.
+    Their heuristics (`ServerArgs.__post_init__`) read none of these: the import chain reaches them through
+    `ModelConfig` (read for is_multimodal / MLA). Nothing that imports is replaced, and releases from 0.5.12
+    on get no stand-in at all, so the conformance of the modern releases runs on the unmodified stack.
+    """
+    import importlib.util
+    import types
+
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        if Version(_release_on_path()) >= Version("0.5.12"):
+            return
+    except InvalidVersion:
+        return
+    with contextlib.suppress(ImportError):
+        import triton.runtime.cache as cache
+
+        for name in ("default_cache_dir", "default_dump_dir", "default_override_dir"):
+            if not hasattr(cache, name):
+                setattr(cache, name, lambda: os.path.join(os.path.expanduser("~"), ".triton", "cache"))
+    with contextlib.suppress(ImportError):
+        import torch
+
+        cpu = getattr(torch._C, "_cpu", None)
+        if cpu is not None and not hasattr(cpu, "_is_amx_tile_supported"):
+            cpu._is_amx_tile_supported = lambda: False
+
+    def absent(modname: str) -> types.ModuleType:
+        def getattr_(name: str) -> Any:
+            if name.startswith("__"):
+                raise AttributeError(name)
+
+            def fn(*a: Any, **k: Any) -> Any:
+                raise NotImplementedError(f"{modname}.{name} is not available (memfrac resolver subprocess)")
+
+            return fn
+
+        mod = types.ModuleType(modname)
+        mod.__getattr__ = getattr_  # type: ignore[method-assign]
+        return mod
+
+    if importlib.util.find_spec("vllm") is None:
+        for modname in ("vllm", "vllm._custom_ops"):
+            sys.modules[modname] = absent(modname)
+    if importlib.util.find_spec("decord") is None:  # 0.4.4.post4 … 0.4.5.post1 `srt/utils.py`: video decoding
+        sys.modules["decord"] = absent("decord")
+    try:
+        import sgl_kernel  # noqa: F401
+    except ImportError:
+        for k in [k for k in sys.modules if k == "sgl_kernel" or k.startswith("sgl_kernel.")]:
+            del sys.modules[k]
+        sys.modules["sgl_kernel"] = absent("sgl_kernel")
+
+
 def _main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description="resolve sglang argv with the sglang on PYTHONPATH (used by tests)")
     ap.add_argument("--batch", required=True, help="JSON file of jobs, or - for stdin")
@@ -337,6 +424,7 @@ def _main(argv: list[str]) -> int:
         with open(a.batch) as f:
             jobs = json.load(f)
     results = []
+    _old_release_shims()
     with contextlib.redirect_stdout(io.StringIO()):
         resolver = Resolver(patch=True)
     for j in jobs:

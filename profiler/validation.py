@@ -77,6 +77,7 @@ class Validation:
     seconds: float = 0.0
     cached: int = 0
     reason: str = ""  # why not validated
+    inexpressible: dict[str, str] = field(default_factory=dict)  # scenario → why that release cannot spell it
 
     @property
     def validated(self) -> bool:
@@ -97,6 +98,10 @@ class Validation:
         bad = len(self.refused)
         where = f"sglang {self.release}" + (" (side by side)" if self.where == "side by side" else "")
         cached = f", {self.cached} from the cache" if self.cached else ""
+        if self.inexpressible:
+            cached += f"; {len(self.inexpressible)} not expressible in that release, not validated: " + "; ".join(
+                f"{k}: {v}" for k, v in list(self.inexpressible.items())[:3]
+            )
         return (
             f"validated by {where}: {n - bad}/{n} scenario(s) accepted ({self.seconds:.1f} s{cached})"
             if bad
@@ -197,8 +202,13 @@ def validate(scenarios: Sequence[Scenario], rules: str | None = None, *, use_cac
     cache = _Cache(release, use_cache)
     results: dict[str, OracleResult] = {}
     todo: list[tuple[Scenario, dict[str, Any], str]] = []
+    inexpressible: dict[str, str] = {}
     for s in scenarios:
-        job = _job(s, release)
+        try:
+            job = _job(s, release)
+        except MemfracError as e:  # a flag that release does not have: nothing to ask its parser
+            inexpressible[s.name] = str(e)
+            continue
         key = _key(job, release, s.model_path)
         hit = cache.get(key, release)
         if hit is not None:
@@ -220,8 +230,8 @@ def validate(scenarios: Sequence[Scenario], rules: str | None = None, *, use_cac
             results[s.name] = r
             cache.put(key, r)
         cache.save()
-    ordered = {s.name: results[s.name] for s in scenarios}
-    return Validation(release, where, ordered, time.perf_counter() - t0, cached)
+    ordered = {s.name: results[s.name] for s in scenarios if s.name in results}
+    return Validation(release, where, ordered, time.perf_counter() - t0, cached, inexpressible=inexpressible)
 
 
 def refusal_message(v: Validation, source: str) -> str:

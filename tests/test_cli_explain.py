@@ -66,7 +66,7 @@ def test_compare_rules_shows_what_29615_changed(capsys):
 def test_explain_errors_exit_2(capsys, tmp_path):
     rc, _, err = run(capsys, "explain", str(tmp_path / "missing.toml"))
     assert rc == 2 and err.startswith("memfrac: error: scenario file not found")
-    rc, _, err = run(capsys, "explain", str(ROOT / "scenarios/llama8b-h200-decode.toml"), "--rules", "0.4.6")
+    rc, _, err = run(capsys, "explain", str(ROOT / "scenarios/llama8b-h200-decode.toml"), "--rules", "0.3.6")
     assert rc == 2 and "predates" in err
 
 

@@ -41,6 +41,8 @@ VARIANTS: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("llama8-prefill-bs", LLAMA8, {"prefill_graph": {"bs": [64, 128, 256, 512, 1024]}}),
     ("llama8-prefill-maxbs", LLAMA8, {"prefill_graph": {"max_bs": 3000}}),
     ("llama8-prefill-off", LLAMA8, {"prefill_graph": {"backend": "disabled"}}),
+    # an explicit prefill graph with its own max_bs (before 0.5.10: --enable-piecewise-cuda-graph + max tokens)
+    ("llama8-prefill-on-maxbs", LLAMA8, {"prefill_graph": {"backend": "breakable", "max_bs": 3000}}),
     ("llama8-decode-off", LLAMA8, {"decode_graph": {"backend": "disabled"}}),
     (
         "llama8-both-graphs-explicit",

@@ -107,6 +107,8 @@ def inputs_from_args(
     prefill_backend = _first(args, "cuda_graph_backend_prefill") or pre.get("backend")
     if prefill_backend is None and args.get("disable_piecewise_cuda_graph") is True:
         prefill_backend = "disabled"
+    if prefill_backend is None and args.get("enable_piecewise_cuda_graph") is True:  # 0.5.3.post2 … 0.5.9 opt-in
+        prefill_backend = "piecewise"
     decode_bs = _first(args, "cuda_graph_bs_decode", "cuda_graph_bs") or dec.get("bs")
     prefill_bs = _first(args, "cuda_graph_bs_prefill", "piecewise_cuda_graph_tokens") or pre.get("bs")
     mfs = args.get("mem_fraction_static")

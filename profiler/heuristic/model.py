@@ -12,33 +12,40 @@ thousands of configurations stays cheap without a second copy of the rules.
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 
 from profiler.heuristic.record import TERM_NAMES, HeuristicInputs, Reservation, Resolved, Step
-from profiler.heuristic.rules import BCG_MULTIMODAL_OK, DEFAULT_RULES, RuleSet
+from profiler.heuristic.rules import BCG_MULTIMODAL_OK, DEFAULT_RULES, Band, RuleSet
 
 DISABLED = "disabled"
 BREAKABLE = "breakable"
 FULL = "full"
 TC_PIECEWISE = "tc_piecewise"
 PIECEWISE = "piecewise"  # 0.5.12–0.5.13: the piecewise prefill graph, on unless disabled
-_DEFAULT_BACKEND = {"pcg": PIECEWISE, "tc": TC_PIECEWISE, "breakable": BREAKABLE, "disabled": DISABLED}
+_DEFAULT_BACKEND = {
+    "pcg": PIECEWISE, "tc": TC_PIECEWISE, "breakable": BREAKABLE, "disabled": DISABLED, "none": DISABLED,
+    "pcg_optin": DISABLED,
+}  # fmt: skip
 _N = len(TERM_NAMES)
 (CONSTANT, ACTIVATION, PARALLEL, DECODE_GRAPH, DP_PADDING, PREFILL_GRAPH, PREFILL_BCG_DEEPEP, FLOOR_TOPUP, DEEPEP_A2A,
- SPECULATIVE, XPU, VLM_SCALING) = range(_N)  # fmt: skip
+ SPECULATIVE, XPU, VLM_SCALING, FRACTION_TABLE, BAND_BASE, BIG_GPU, DP_ATTENTION) = range(_N)  # fmt: skip
 
 
 @lru_cache(maxsize=4096)
-def decode_bs_list(max_bs: int, speculative: bool, no_padding: bool) -> tuple[int, ...]:
-    """sglang's decode capture ladder (`generate_decode_cuda_graph_batch_sizes`)."""
+def decode_bs_list(max_bs: int, speculative: bool, no_padding: bool, ladder: str = "0.5.10") -> tuple[int, ...]:
+    """sglang's decode capture ladder (`generate_decode_cuda_graph_batch_sizes`; before 0.5.14
+    `ServerArgs._generate_cuda_graph_batch_sizes`: ≤ 0.5.4.post1 the speculative ladder stops at 60 in its
+    40…64 stretch, and max_bs itself is appended only from 0.5.10)."""
     if no_padding:
         bs = list(range(1, max_bs + 1))
     elif not speculative:
         bs = [1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 512, 16), *range(512, max_bs + 1, 32)]
     else:
-        bs = [*range(1, 9), *range(10, 33, 2), *range(40, 65, 4), *range(72, 257, 8), *range(272, max_bs + 1, 16)]
+        end = 64 if ladder == "0.5.3" else 65
+        bs = [*range(1, 9), *range(10, 33, 2), *range(40, end, 4), *range(72, 257, 8), *range(272, max_bs + 1, 16)]
     bs = [b for b in bs if b <= max_bs]
-    if max_bs not in bs:
+    if max_bs not in bs and ladder == "0.5.10":
         bs.append(max_bs)
     return tuple(bs)
 
@@ -52,10 +59,21 @@ _PREFILL_LADDER = (
 )
 
 
+_PREFILL_LADDERS = {
+    # ServerArgs._generate_piecewise_cuda_graph_tokens, 0.5.3.post2–0.5.7 and 0.5.8
+    "0.5.3.post2": (*range(4, 33, 4), *range(48, 257, 16), *range(288, 513, 32), *range(640, 4097, 128)),
+    "0.5.8": (*range(4, 33, 4), *range(48, 257, 16), *range(288, 513, 32), *range(640, 1025, 64),
+              *range(1280, 4097, 256)),
+    "0.5.9": _PREFILL_LADDER,
+}  # fmt: skip
+
+
 @lru_cache(maxsize=4096)
-def prefill_bs_list(max_bs: int) -> tuple[int, ...]:
-    """sglang's prefill (token-bucket) capture ladder (`generate_prefill_cuda_graph_batch_sizes`)."""
-    return tuple(b for b in (*_PREFILL_LADDER, *range(4608, max_bs + 1, 512)) if b <= max_bs)
+def prefill_bs_list(max_bs: int, ladder: str = "0.5.9") -> tuple[int, ...]:
+    """sglang's prefill (token-bucket) capture ladder (`generate_prefill_cuda_graph_batch_sizes`; the
+    piecewise-token list of 0.5.3.post2–0.5.13 — 0.5.3.post2–0.5.7 step 256 from 4352, later 512 from 4608)."""
+    tail = range(4352, max_bs + 1, 256) if ladder == "0.5.3.post2" else range(4608, max_bs + 1, 512)
+    return tuple(b for b in (*_PREFILL_LADDERS[ladder], *tail) if b <= max_bs)
 
 
 @lru_cache(maxsize=4096)
@@ -70,10 +88,18 @@ def resolve(inp: HeuristicInputs, rules: RuleSet = DEFAULT_RULES, steps: list[St
     pd_off = rules.pd_prefill_disables_graphs and inp.mode == "prefill"
     disable_all = inp.disable_cuda_graph or pd_off
     locked_decode = disable_all or inp.decode_backend is not None
-    # 0.5.12–0.5.13 have only an off-switch for the piecewise prefill graph
+    # 0.5.10–0.5.13 have only an off-switch for the piecewise prefill graph, 0.5.3.post2–0.5.9 only an on-switch
+    # (--enable-piecewise-cuda-graph), older releases no prefill graph at all
     pcg = rules.prefill_default == "pcg"
-    explicit_prefill = inp.prefill_backend if not pcg or inp.prefill_backend == DISABLED else None
-    prefill_off = disable_all and not pcg  # the piecewise graph ignores --disable-cuda-graph
+    optin = rules.prefill_default == "pcg_optin"
+    no_prefill_graph = rules.prefill_default == "none"
+    if optin:
+        explicit_prefill: str | None = DISABLED if inp.prefill_backend in (None, DISABLED) else PIECEWISE
+    elif no_prefill_graph:
+        explicit_prefill = DISABLED
+    else:
+        explicit_prefill = inp.prefill_backend if not pcg or inp.prefill_backend == DISABLED else None
+    prefill_off = disable_all and not (pcg or optin or no_prefill_graph)  # piecewise ignores --disable-cuda-graph
     locked_prefill = prefill_off or explicit_prefill is not None
 
     # graph backends: the legacy switch, explicit choices, the platform default
@@ -90,6 +116,12 @@ def resolve(inp: HeuristicInputs, rules: RuleSet = DEFAULT_RULES, steps: list[St
             say(Step("graph_backends", "--disable-cuda-graph: decode and prefill graph backends disabled"))
         elif explicit_prefill is None and not prefill_off:
             say(Step("graph_backends", f"prefill graph backend defaults to {default_prefill}"))
+        if no_prefill_graph:
+            say(Step("graph_backends", f"sglang {rules.name}: no prefill CUDA graph in this release"))
+        elif optin:
+            say(Step("graph_backends", "piecewise prefill graph " + (
+                "off (opt-in with --enable-piecewise-cuda-graph)" if explicit_prefill == DISABLED
+                else "on: --enable-piecewise-cuda-graph")))  # fmt: skip
 
     # compatibility rules that switch the default prefill graph off (skipped when the user chose a backend)
     if not locked_prefill and prefill_backend != DISABLED:
@@ -131,29 +163,36 @@ def resolve(inp: HeuristicInputs, rules: RuleSet = DEFAULT_RULES, steps: list[St
     decode_max_bs = inp.decode_max_bs
     if chunk is None or decode_max_bs is None:
         if gpu is not None:
-            band = rules.band_for(gpu)
-            d_chunk, d_bs = band.chunk, (band.max_bs_large_tp if inp.tp >= 4 else band.max_bs)
+            band: Band | None = rules.band_for(gpu)
+            d_chunk, d_bs = band.chunk, (band.max_bs_large_tp if inp.tp >= 4 else band.max_bs)  # type: ignore[union-attr]
         else:
             band, d_chunk, d_bs = None, rules.fallback_chunk, rules.fallback_max_bs
+        # 0.4.6.post2–0.4.7: PD nodes chunk 16384 unless the GPU is under 25000 MB
+        small = rules.bands[0].limit_mib
+        pd_chunk = rules.pd_chunk is not None and inp.mode != "null" and (gpu is None or small is None or gpu >= small)
+        if pd_chunk:
+            d_chunk = rules.pd_chunk  # type: ignore[assignment]
         if say:
             parts = []
             if chunk is None:
                 parts.append(f"chunked_prefill_size {d_chunk}")
+            if chunk is None and pd_chunk:
+                parts[-1] += " (PD node)"
             if decode_max_bs is None:
                 tp_note = (
                     f" (tp {'≥' if inp.tp >= 4 else '<'} 4)" if band and band.max_bs != band.max_bs_large_tp else ""
                 )
-                parts.append(f"decode max_bs {d_bs}{tp_note}")
-            where = (
-                (f"band < {band.limit_gib} GiB" if band.limit_gib else "largest band") if band else "GPU size unknown"
-            )
-            say(Step("gpu_size_defaults", f"{gpu} MiB, {where}: " + ", ".join(parts)))
+                parts.append(
+                    f"decode max_bs {d_bs}{tp_note}" if d_bs is not None
+                    else "decode max_bs left unset (the CUDA-graph runner picks its capture list at start)"
+                )  # fmt: skip
+            say(Step("gpu_size_defaults", f"{gpu} MiB, {_band_words(band)}: " + ", ".join(parts)))
         if chunk is None:
             chunk = d_chunk
         if decode_max_bs is None:
             decode_max_bs = d_bs
             mrr = inp.max_running_requests
-            if rules.cap_max_bs_by_mrr and mrr is not None and decode_max_bs > mrr:
+            if rules.cap_max_bs_by_mrr and mrr is not None and decode_max_bs is not None and decode_max_bs > mrr:
                 if say:
                     say(
                         Step(
@@ -164,8 +203,15 @@ def resolve(inp: HeuristicInputs, rules: RuleSet = DEFAULT_RULES, steps: list[St
                 decode_max_bs = mrr
 
     # capture lists
-    if inp.decode_bs is None:
-        decode_bs = decode_bs_list(decode_max_bs, inp.speculative_algorithm is not None, inp.disable_cuda_graph_padding)
+    if inp.decode_bs is None and decode_max_bs is None:
+        decode_bs: tuple[int, ...] = ()  # left to the runner (before 0.5.3rc2)
+    elif inp.decode_bs is None:
+        decode_bs = decode_bs_list(
+            decode_max_bs,  # type: ignore[arg-type]
+            inp.speculative_algorithm is not None,
+            inp.disable_cuda_graph_padding,
+            rules.decode_ladder,
+        )
     else:
         decode_bs = inp.decode_bs
         decode_max_bs = max(decode_bs)
@@ -173,7 +219,10 @@ def resolve(inp: HeuristicInputs, rules: RuleSet = DEFAULT_RULES, steps: list[St
             say(Step("decode_bs", f"explicit decode bs list ({len(decode_bs)} sizes): max_bs = {decode_max_bs}"))
 
     if prefill_max_bs is None:
-        if inp.is_mla:
+        if rules.pcg_max_tokens_fixed is not None:
+            prefill_max_bs = rules.pcg_max_tokens_fixed
+            why = "the piecewise_cuda_graph_max_tokens default"
+        elif inp.is_mla:
             prefill_max_bs = rules.mla_prefill_max_bs(chunk)
             why = rules.mla_prefill_why
         else:
@@ -188,10 +237,10 @@ def resolve(inp: HeuristicInputs, rules: RuleSet = DEFAULT_RULES, steps: list[St
         ):
             prefill_max_bs = 8192
             why += ", capped at 8192 with pp > 1"
-        if inp.max_total_tokens is not None and inp.max_total_tokens < prefill_max_bs:
+        if rules.prefill_caps and inp.max_total_tokens is not None and inp.max_total_tokens < prefill_max_bs:
             prefill_max_bs = inp.max_total_tokens
             why += ", capped by max_total_tokens"
-        if prefill_max_bs > 4096 and "llama-2" in inp.model_path.lower():
+        if rules.prefill_caps and prefill_max_bs > 4096 and "llama-2" in inp.model_path.lower():
             prefill_max_bs = 4096
             why += ", capped at 4096 for llama-2"
         if say and prefill_backend != DISABLED:
@@ -200,8 +249,10 @@ def resolve(inp: HeuristicInputs, rules: RuleSet = DEFAULT_RULES, steps: list[St
         prefill_max_bs = inp.context_length
         if say:
             say(Step("prefill_max_bs", f"prefill graph max_bs clamped to context_length {prefill_max_bs}"))
-    if prefill_bs is None:
-        prefill_bs = prefill_bs_list(prefill_max_bs)
+    if no_prefill_graph:
+        prefill_bs, prefill_max_bs = (), 0  # nothing to capture in this release
+    elif prefill_bs is None:
+        prefill_bs = prefill_bs_list(prefill_max_bs, rules.prefill_ladder)
 
     post_capture = rules.post_capture_base_mib is not None and _post_capture_planned(
         inp, rules, chunk, decode_backend, prefill_backend, prefill_bs
@@ -210,6 +261,15 @@ def resolve(inp: HeuristicInputs, rules: RuleSet = DEFAULT_RULES, steps: list[St
         gpu, chunk, inp.max_prefill_tokens, inp.max_running_requests, decode_backend, decode_max_bs, decode_bs,
         prefill_backend, prefill_max_bs, prefill_bs, post_capture,
     )  # fmt: skip
+
+
+def _band_words(band: Band | None) -> str:
+    if band is None:
+        return "GPU size unknown"
+    if band.limit_mib is None:
+        return "largest band"
+    gib = band.limit_mib / 1024
+    return f"band < {gib:g} GiB" if gib == int(gib) else f"band < {band.limit_mib} MiB"
 
 
 def _post_capture_planned(
@@ -244,6 +304,8 @@ def _prefill_incompatible(inp: HeuristicInputs, rules: RuleSet, backend: str) ->
     if backend in (PIECEWISE, TC_PIECEWISE):
         if inp.architecture in rules.tc_disabled_archs:
             return f"architecture {inp.architecture}"
+        if rules.pcg_disabled_by_spec and inp.speculative_algorithm is not None:
+            return "speculative decoding"
         if inp.mode != "null":
             return "PD disaggregation"
         if inp.attn_dp > 1:
@@ -286,6 +348,8 @@ def evaluate(
     """
     steps: list[Step] | None = [] if explain else None
     res = resolve(inp, rules, steps)
+    if rules.formula != "terms":
+        return _evaluate_formula(inp, rules, res, steps, explain)
     gpu = inp.gpu_mem_mib
     mode = inp.mode
     mib = [0.0] * _N
@@ -368,14 +432,23 @@ def evaluate(
             why[DP_PADDING] = "no attention DP" if not dp_on else "prefill node"
 
         # prefill graph (+ the breakable-graph DeepEP delta)
-        if res.prefill_backend != DISABLED and not (role_aware and mode == "decode"):
-            pg = 1536.0 if inp.is_mla else len(res.prefill_bs) * 8.0
+        late_pcg = rules.pcg_term in ("max_tokens_div4", "max_tokens_div8")
+        if rules.pcg_term == "none":
+            if why is not None:
+                why[PREFILL_GRAPH] = f"rule set {rules.name} reserves nothing for a prefill graph"
+                why[PREFILL_BCG_DEEPEP] = "no prefill graph term"
+        elif late_pcg:
+            if why is not None:
+                why[PREFILL_BCG_DEEPEP] = f"rule set {rules.name} has no prefill-BCG DeepEP delta"
+        elif res.prefill_backend != DISABLED and not (role_aware and mode == "decode"):
+            flat = inp.is_mla and rules.pcg_mla_flat
+            pg = 1536.0 if flat else len(res.prefill_bs) * 8.0
             mib[PREFILL_GRAPH], on[PREFILL_GRAPH] = pg, True
             total += pg
             if why is not None:
                 why[PREFILL_GRAPH] = (
                     "MLA model: fixed 1.5 GiB"
-                    if inp.is_mla
+                    if flat
                     else f"{len(res.prefill_bs)} prefill buckets (up to {res.prefill_max_bs} tokens) × 8 MiB"
                 )
             if rules.prefill_bcg_deepep_mib and res.prefill_backend == BREAKABLE and deepep:
@@ -432,7 +505,7 @@ def evaluate(
         alg = inp.speculative_algorithm
         spec = 0.0
         if rules.spec_after_floor and alg is not None:  # compared before sglang upper-cases it
-            spec = 6144.0 if alg == "STANDALONE" else (0.0 if alg == "NGRAM" else 4096.0)
+            spec = 6144.0 if alg == "STANDALONE" else (0.0 if alg == "NGRAM" else rules.spec_other_mib)
         if spec:
             mib[SPECULATIVE], on[SPECULATIVE] = spec, True
             total += spec
@@ -443,6 +516,20 @@ def evaluate(
                 f"rule set {rules.name} has no speculative reserve" if not rules.spec_after_floor
                 else "no draft model" if alg is None else "NGRAM drafts need no reserve"
             )  # fmt: skip
+
+        # 0.5.5.post1–0.5.7: the piecewise prefill graph's max tokens // 4 (// 8), after the floor
+        if late_pcg:
+            if res.prefill_backend != DISABLED:
+                div = 4 if rules.pcg_term == "max_tokens_div4" else 8
+                pg = float(res.prefill_max_bs // div)
+                mib[PREFILL_GRAPH], on[PREFILL_GRAPH] = pg, True
+                total += pg
+                if why is not None:
+                    why[PREFILL_GRAPH] = (
+                        f"piecewise prefill graph: max tokens {res.prefill_max_bs} // {div}, added after the floor"
+                    )
+            elif why is not None:
+                why[PREFILL_GRAPH] = "piecewise prefill graph off"
 
         if rules.xpu_term and inp.platform == "xpu":
             mib[XPU], on[XPU] = 2048.0, True
@@ -466,19 +553,61 @@ def evaluate(
         frac = new
     elif why is not None:
         why[VLM_SCALING] = "not a multimodal model" if not inp.is_multimodal else "decode node"
+    if rules.nsa_fraction is not None and inp.architecture in _NSA_ARCHS:
+        frac = rules.nsa_fraction
+        flags.append("model_override")
+        if steps is not None:
+            steps.append(Step("model_override", f"DeepSeek NSA model: mem_fraction_static forced to {frac} "
+                              "(server_args.py _handle_model_specific_adjustments), even when given"))  # fmt: skip
+    return _finish(inp, rules, res, mib, on, why, steps, total, frac, flags)
+
+
+_NSA_ARCHS = frozenset({"DeepseekV32ForCausalLM"})
+#: How a term's reason starts when the rule set's mechanism has no such term (explain hides those rows).
+NOT_IN_RULE = "not part of the"
+
+
+def _finish(
+    inp: HeuristicInputs,
+    rules: RuleSet,
+    res: Resolved,
+    mib: list[float],
+    on: list[bool],
+    why: list[str] | None,
+    steps: list[Step] | None,
+    total: float,
+    frac: float,
+    flags: list[str],
+) -> tuple[Resolved, list[float], list[bool], list[str] | None, list[Step] | None, float, float, tuple[str, ...]]:
+    """The flags every rule set sets the same way, and the words for terms a rule set never uses."""
     if frac <= 0:
         flags.append("fraction_nonpositive")
     if inp.mem_fraction_static is not None:
         flags.append("given_by_user")
     if inp.unmodeled:
         flags.append("unmodeled_flags")
+    if rules.runner_multimodal_factor is not None and inp.is_multimodal:
+        flags.append("runner_scales_fraction")
+        if steps is not None:
+            k = rules.runner_multimodal_factor
+            steps.append(Step("runner_scaling", f"multimodal model: the worker's ModelRunner multiplies the fraction "
+                              f"by {k} at start (not in the printed server_args)"))  # fmt: skip
+    if why is not None:
+        old_formula = rules.formula != "terms"
+        for i in range(_N):
+            if not why[i]:
+                why[i] = (
+                    f"{NOT_IN_RULE} {rules.name} rule (a formula, not a sum of terms)" if old_formula
+                    else f"{NOT_IN_RULE} {rules.name} rule (used before 0.5.3rc2)"
+                )  # fmt: skip
     return res, mib, on, why, steps, total, frac, tuple(flags)
 
 
 def reserve(inp: HeuristicInputs, rules: RuleSet = DEFAULT_RULES) -> Reservation:
     """Model sglang's reservation for `inp` under `rules`: every term, the total and the fraction."""
     res, mib, on, _, _, total, frac, flags = evaluate(inp, rules)
-    mfs = inp.mem_fraction_static if inp.mem_fraction_static is not None else frac
+    given = inp.mem_fraction_static is not None and "model_override" not in flags
+    mfs = inp.mem_fraction_static if given else frac
     return Reservation(rules, inp, res, tuple(mib), tuple(on), total, frac, mfs, flags)
 
 
@@ -493,3 +622,167 @@ def _vlm_adjust(frac: float, inp: HeuristicInputs, post_capture: bool, gpu: int)
     ratio = layers * hidden**2 / (24 * 1024**2)
     factor = max(0.8, min(1.05, 1.0 - 0.1 * (ratio - 1.0)))
     return frac * 0.95 * factor
+
+
+def _tp_table(ps: int) -> float:
+    """0.4.0–0.4.7 `ServerArgs.__post_init__`: the fraction by tp (tp·pp from 0.4.6.post2) size."""
+    if ps >= 16:
+        return 0.79
+    if ps >= 8:
+        return 0.81
+    if ps >= 4:
+        return 0.85
+    if ps >= 2:
+        return 0.87
+    return 0.88
+
+
+def _band_reserve(gpu: int, ps: int) -> tuple[float, float, str]:
+    """0.4.7.post1–0.5.3rc0: (reserve MiB as sglang computes it, its base part, the band in words)."""
+    if gpu < 20 * 1024:
+        return (2.8 + ps / 10) * 1024, 2.8 * 1024, "< 20 GiB: 2.8 GiB + tp·pp/10 GiB"
+    if gpu < 35 * 1024:
+        return (2.8 + ps / 10) * 1024, 2.8 * 1024, "< 35 GiB: 2.8 GiB + tp·pp/10 GiB"
+    if gpu < 90 * 1024:
+        return (9.5 + ps / 2) * 1024, 9.5 * 1024, "< 90 GiB: 9.5 GiB + tp·pp/2 GiB"
+    if gpu < 100 * 1024:
+        return (12 + ps / 2) * 1024, 12.0 * 1024, "< 100 GiB: 12 GiB + tp·pp/2 GiB"
+    if gpu < 160 * 1024:
+        return (12 + ps / 2) * 1024, 12.0 * 1024, "< 160 GiB: 12 GiB + tp·pp/2 GiB"
+    return 32 * 1024.0, 32 * 1024.0, "≥ 160 GiB: 32 GiB flat"
+
+
+def _evaluate_formula(
+    inp: HeuristicInputs, rules: RuleSet, res: Resolved, steps: list[Step] | None, explain: bool
+) -> tuple[Resolved, list[float], list[bool], list[str] | None, list[Step] | None, float, float, tuple[str, ...]]:
+    """Releases before 0.5.3rc2: the fraction by sglang's own formula, float for float, then split into terms.
+
+    The fraction is computed exactly as the release does (same expressions, same order, rounding only where
+    it rounds); the terms are `gpu_mem × (1 − fraction)` attributed to what produced it, for reading.
+    """
+    gpu = inp.gpu_mem_mib
+    mib = [0.0] * _N
+    on = [False] * _N
+    why: list[str] | None = [""] * _N if explain else None
+    flags: list[str] = []
+    spec = inp.speculative_algorithm
+    ps = inp.tp * inp.pp
+
+    def put(i: int, m: float, reason: str) -> None:
+        mib[i], on[i] = m, True
+        if why is not None:
+            why[i] = reason
+
+    if gpu is None:
+        flags.append("gpu_mem_unknown")
+    if gpu is None and rules.gpu_none_raises:
+        flags.append("no_fraction_without_gpu_size")
+        if why is not None:
+            for i in (FRACTION_TABLE, BAND_BASE, BIG_GPU):
+                why[i] = f"sglang {rules.name} compares the GPU size unguarded: it raises TypeError when unknown"
+        return _finish(inp, rules, res, mib, on, why, steps, math.nan, math.nan, flags)
+
+    if rules.formula == "tp_table":
+        key = ps if rules.table_by_pp else inp.tp
+        what = f"tp·pp {key}" if rules.table_by_pp else f"tp {key}"
+        if rules.table_max_mib is None or (gpu is not None and gpu <= rules.table_max_mib):
+            frac = _tp_table(key)
+            where = "" if rules.table_max_mib is None else f" (GPU ≤ {rules.table_max_mib} MiB)"
+            base_reason = f"{what} → {frac} (≥16 0.79, ≥8 0.81, ≥4 0.85, ≥2 0.87, else 0.88){where}"
+            if gpu is not None:
+                put(FRACTION_TABLE, gpu * (1 - frac), f"{base_reason}: {gpu} MiB × (1 − {frac})")
+            elif why is not None:
+                why[FRACTION_TABLE] = f"{base_reason}; GPU size unknown, so no MiB"
+        elif gpu is None:  # 0.4.6.post5+: `gpu_mem is not None and …` falls to 0.88
+            frac = 0.88
+            if why is not None:
+                why[FRACTION_TABLE] = "GPU size unknown: 0.88; no MiB"
+        elif rules.above_table == "flat_13g":
+            frac = (gpu - 1024 * 13) / gpu
+            put(BAND_BASE, 13 * 1024.0, f"GPU > {rules.table_max_mib} MiB: (capacity − 13 GiB) / capacity, not rounded")
+        else:
+            frac = 0.88
+            put(FRACTION_TABLE, gpu * (1 - frac), f"GPU > {rules.table_max_mib} MiB: 0.88 → {gpu} MiB × 0.12")
+        before = frac
+        if rules.b200_fraction is not None and gpu is not None and gpu > 180 * 1000 and inp.platform == "cuda":
+            frac = rules.b200_fraction
+            put(BIG_GPU, gpu * (1 - frac) - gpu * (1 - before), f"CUDA GPU > 180000 MiB: {frac} instead of {before}")
+        elif rules.blend_48g and gpu is not None and gpu > 96 * 1024:
+            reserve_mem = 1024 * 18
+            if rules.blend_spec_reserve_mib is not None and spec is not None:
+                reserve_mem = 1024 * 20
+            frac = min(before + 48 * 1024 * (1 - before) / gpu, (gpu - reserve_mem) / gpu)
+            put(
+                BIG_GPU,
+                gpu * (1 - frac) - gpu * (1 - before),
+                f"GPU > 96 GiB: min({before} + 48 GiB × (1 − {before}) / {gpu}, ({gpu} − {reserve_mem // 1024} GiB)"
+                f" / {gpu}) = {frac:.4f}" + (" (20 GiB with speculative decoding)" if reserve_mem == 20480 else ""),
+            )
+        elif rules.spec_scale is not None and spec is not None:
+            new = before * rules.spec_scale
+            if gpu is not None:
+                put(SPECULATIVE, gpu * (before - new), f"{spec}: fraction × {rules.spec_scale} on GPUs ≤ 96 GiB")
+            elif why is not None:
+                why[SPECULATIVE] = f"{spec}: fraction × {rules.spec_scale}; GPU size unknown, so no MiB"
+            frac = new
+    else:  # band_reserve
+        if gpu is not None:
+            reserved, base, band = _band_reserve(gpu, ps)
+            put(BAND_BASE, base, f"GPU band {band}")
+            if reserved != base:
+                put(PARALLEL, reserved - base, f"tp {inp.tp} × pp {inp.pp} = {ps} / {10 if gpu < 35 * 1024 else 2} GiB")
+            if spec is not None:
+                extra = rules.spec_standalone_mib if spec == "STANDALONE" else 2 * 1024
+                reserved += extra
+                put(SPECULATIVE, extra, f"{spec} draft model: + {extra / 1024:g} GiB")
+            if inp.attn_dp > 1:
+                reserved += rules.dp_attention_mib
+                put(DP_ATTENTION, rules.dp_attention_mib, "--enable-dp-attention: + 4 GiB")
+            frac = round((gpu - reserved) / gpu, 3)
+        else:
+            frac = rules.fallback_fraction
+            flags.append("fallback_fraction")
+            if why is not None:
+                why[BAND_BASE] = f"GPU size unknown: sglang falls back to {frac}; no MiB"
+    if why is not None:
+        if not why[PARALLEL]:
+            why[PARALLEL] = "no tp·pp term in this band" if rules.formula == "band_reserve" else "in the table"
+        if not why[SPECULATIVE]:
+            why[SPECULATIVE] = "no draft model" if spec is None else "no speculative reserve in this case"
+        if not why[DP_ATTENTION]:
+            why[DP_ATTENTION] = "no attention DP" if inp.attn_dp == 1 else f"rule set {rules.name} has no DP term"
+        for i, reason in ((FRACTION_TABLE, "no fraction table here"), (BAND_BASE, "no GPU-band reserve here"),
+                          (BIG_GPU, "no big-GPU adjustment here")):  # fmt: skip
+            if not why[i]:
+                why[i] = reason
+    frac = _old_multimodal(inp, rules, frac, gpu, mib, on, why)
+    total = math.nan if gpu is None else sum(m for i, m in enumerate(mib) if i != VLM_SCALING)
+    return _finish(inp, rules, res, mib, on, why, steps, total, frac, flags)
+
+
+def _old_multimodal(
+    inp: HeuristicInputs,
+    rules: RuleSet,
+    frac: float,
+    gpu: int | None,
+    mib: list[float],
+    on: list[bool],
+    why: list[str] | None,
+) -> float:
+    """0.4.9–0.4.9.post2: × 0.9 for a multimodal model; 0.4.9.post3+: the ViT-size factor (GPU size or not)."""
+    if not inp.is_multimodal or rules.multimodal_scale == "none":
+        if why is not None:
+            why[VLM_SCALING] = (
+                "not a multimodal model" if not inp.is_multimodal
+                else "no server_args scaling in this release" + (
+                    f" (the worker scales by {rules.runner_multimodal_factor})" if rules.runner_multimodal_factor
+                    else "")
+            )  # fmt: skip
+        return frac
+    new = frac * 0.9 if rules.multimodal_scale == "x0.9" else _vlm_adjust(frac, inp, False, gpu or 0)
+    if gpu is not None:
+        mib[VLM_SCALING], on[VLM_SCALING] = (frac - new) * gpu, True
+    if why is not None:
+        how = "× 0.9" if rules.multimodal_scale == "x0.9" else "ViT-size factor"
+        why[VLM_SCALING] = f"multimodal model ({how}): fraction {frac:.3f} → {new:.4f}"
+    return new

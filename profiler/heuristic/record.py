@@ -19,6 +19,11 @@ TERM_NAMES = (
     "speculative",
     "xpu",
     "vlm_scaling",
+    # releases before 0.5.3rc2 computed the fraction by a formula, not a sum of these terms:
+    "fraction_table",
+    "band_base",
+    "big_gpu",
+    "dp_attention",
 )
 
 #: Where each term lives in sglang's own code (0.5.20+ names), so a maintainer can carry numbers back.
@@ -28,13 +33,21 @@ SGLANG_TERM_SOURCE = {
     "parallel": "memory_hook.handle_gpu_memory_settings: tp_size * pp_size / 8 * 1024",
     "decode_graph": "memory_hook.reserve_for_graph_mb: decode max_bs * 2",
     "dp_padding": "memory_hook.reserve_for_graph_mb: max_bs * attn_dp_size * 3 (+1.5 if max_bs > 300)",
-    "prefill_graph": "memory_hook.reserve_for_graph_mb: len(prefill bs) * 8 | 1.5 * 1024 (MLA)",
+    "prefill_graph": "memory_hook.reserve_for_graph_mb: len(prefill bs) * 8 | 1.5 * 1024 (MLA); 0.5.5.post1-0.5.7:"
+    " piecewise_cuda_graph_max_tokens // 4 (// 8 in 0.5.7) after the floor",
     "prefill_bcg_deepep": "memory_hook.reserve_for_graph_mb: + 1 * 1024 (breakable prefill graph + DeepEP)",
     "floor_topup": "memory_hook.handle_gpu_memory_settings: max(reserved_mem, 10 * 1024) when gpu_mem > 60 GiB",
     "deepep_a2a": "memory_hook.reserve_for_deepep_a2a_mb: 2 * 1024",
-    "speculative": "server_args._handle_gpu_memory_settings (0.5.12-0.5.13): +4 GiB EAGLE / +6 GiB STANDALONE",
+    "speculative": "server_args._handle_gpu_memory_settings (0.5.3rc2-0.5.13): +2 GiB (4 GiB from 0.5.10rc0) EAGLE"
+    " / +6 GiB STANDALONE after the floor; 0.4.7.post1-0.5.3rc0: +2 GiB (STANDALONE 6 GiB from 0.5.2)",
     "xpu": "memory_hook.handle_gpu_memory_settings: + 2 * 1024 on XPU",
     "vlm_scaling": "memory_hook.adjust_mem_fraction_for_vlm: fraction * factor",
+    "fraction_table": "server_args.__post_init__ (0.4.0-0.4.7): 0.79/0.81/0.85/0.87/0.88 by tp size; cap * (1 - f)",
+    "band_base": "server_args.__post_init__: 13 GiB above 80 GiB (0.4.5.post3-0.4.6.post1); reserve by GPU band "
+    "(0.4.7.post1-0.5.3rc0): 2.8 / 9.5 / 12 GiB, 32 GiB from 160 GiB",
+    "big_gpu": "server_args.__post_init__ (0.4.6.post2-0.4.7): > 96 GiB min(f + 48 GiB (1 - f)/cap,"
+    " (cap - 18 GiB)/cap); 0.4.7: 0.79 above 180 GB",
+    "dp_attention": "server_args.__post_init__ (0.4.7.post1-0.5.3rc0): + 4 GiB with --enable-dp-attention",
 }
 
 
@@ -96,8 +109,8 @@ class Resolved(NamedTuple):
     max_prefill_tokens: int
     max_running_requests: int | None
     decode_backend: str
-    decode_max_bs: int
-    decode_bs: tuple[int, ...]
+    decode_max_bs: int | None  # None: left to the CUDA-graph runner at start (0.4.5.post3 … 0.5.3rc0, big GPUs)
+    decode_bs: tuple[int, ...]  # () when the runner picks the list at start (before 0.5.3rc2)
     prefill_backend: str
     prefill_max_bs: int
     prefill_bs: tuple[int, ...]
@@ -123,7 +136,10 @@ class Reservation:
     """What sglang reserves for non-KV memory for one configuration under one rule set.
 
     `reserved_mib` is the sum of the additive terms (everything but `vlm_scaling`, which multiplies the
-    fraction; its MiB is the equivalent `Δfraction × gpu_mem`). `mem_fraction_static` is what sglang
+    fraction; its MiB is the equivalent `Δfraction × gpu_mem`). Before 0.5.3rc2 sglang computed the fraction
+    by a formula (`RuleSet.formula`); its terms (`fraction_table`, `band_base`, `big_gpu`, …) then show the
+    formula's reserve `gpu_mem × (1 − fraction)` split by what produced it, and `reserved_mib` is NaN when
+    the GPU size is unknown (the formula gives no MiB then). `mem_fraction_static` is what sglang
     uses: the user's value when given, else the heuristic's. `terms` and `steps` (the words) are built on
     first access by re-running the same model with explanations on.
     """
@@ -216,6 +232,8 @@ class Reservation:
         """JSON-ready form (what `memfrac explain --json` prints)."""
         return {
             "rules": self.rules,
+            "rule_releases": self.rule_set.releases,
+            "rule": self.rule_set.summary,
             "gpu_mem_mib": self.inputs.gpu_mem_mib,
             "mem_fraction_static": self.mem_fraction_static,
             "heuristic_fraction": self.heuristic_fraction,
@@ -273,4 +291,8 @@ def _term_inputs(r: Reservation) -> dict[str, tuple[tuple[str, Any], ...]]:
         "speculative": (("speculative_algorithm", i.speculative_algorithm),),
         "xpu": (("platform", i.platform),),
         "vlm_scaling": (("is_multimodal", i.is_multimodal), ("vit_layers", i.vit_layers), ("vit_hidden", i.vit_hidden)),
+        "fraction_table": (("tp", i.tp), ("pp", i.pp), ("gpu_mem_mib", i.gpu_mem_mib)),
+        "band_base": (("gpu_mem_mib", i.gpu_mem_mib),),
+        "big_gpu": (("gpu_mem_mib", i.gpu_mem_mib), ("speculative_algorithm", i.speculative_algorithm)),
+        "dp_attention": (("attn_dp", i.attn_dp),),
     }

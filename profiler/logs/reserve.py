@@ -202,8 +202,12 @@ def log_reservation(m: Measurement) -> LogReservation:
                         f"{_label(matched)}")  # fmt: skip
             cands = matched
         if matched and origin == "unknown":
-            origin = "auto"
-            how += f"; the {_label(matched)} rule gives the same value, so sglang chose it"
+            if _round(mfs):  # 0.88, 0.9: what a user types as often as what a rule gives
+                how += (f"; the {_label(matched)} rule gives the same value: consistent with sglang choosing it, "
+                        "but a round value a user may have set")  # fmt: skip
+            else:
+                origin = "auto"
+                how += f"; the {_label(matched)} rule gives the same value, so sglang chose it"
         elif not matched and origin in ("unknown", "auto"):
             notes.append(f"no candidate rule set reproduces the printed fraction {mfs}: given by the user, or "
                          "the release is outside the range the formats allow")  # fmt: skip
@@ -244,6 +248,11 @@ def _matching(cands: list[Candidate], m: Measurement) -> list[Candidate] | None:
         return None
     tol = _MATCH_TOL + (0.0 if m.mfs_origin != "implied" else _implied_tol(m))
     return [c for c in usable if abs(c.res.heuristic_fraction - m.mfs) <= tol]
+
+
+def _round(v: float | None) -> bool:
+    """A fraction of at most two decimals (0.88, 0.9): equality with a rule's value is no proof of auto."""
+    return v is not None and abs(v * 100 - round(v * 100)) < 1e-9
 
 
 def _implied_tol(m: Measurement) -> float:
