@@ -209,11 +209,15 @@ def _term_rows(
         cs = [] if att is None else att.charged(line)
         return "; ".join(dict.fromkeys(c.source for c in cs)) if cs else fallback
 
+    formula = getattr(res.rule_set, "formula", "terms")
+
     def add(names: tuple[str, ...], value: float | None, src: str, note: str = "") -> None:
         name = "+".join(names)
         reserved = sum(mib[n] for n in names)
-        if not any(on[n] for n in names) and not value:
-            rows.append(TermComparison(name, reserved, value, "off", src, note or "term not applied"))
+        if not any(on[n] for n in names) and (not value or formula != "terms"):
+            why = (f"not a term of the {res.rule_set.name} rule (a {formula} formula): the reserve is judged as a "
+                   "whole" if formula != "terms" else "term not applied")  # fmt: skip
+            rows.append(TermComparison(name, reserved, value, "off", src, note or why))
             return
         v = "unobservable" if host and value is not None else _verdict(reserved, value, resolution)
         if host and value is not None:
@@ -263,7 +267,7 @@ def _term_rows(
         )
     else:
         rows.append(TermComparison("floor_topup", 0.0, None, "off", "", "no floor top-up"))
-    for name in ("xpu", "vlm_scaling"):
+    for name in TERM_NAMES[TERM_NAMES.index("xpu") :]:  # xpu, vlm_scaling, and the pre-0.5.3 formulas' parts
         if on[name]:
             rows.append(TermComparison(name, mib[name], None, "unobservable", "", "no phase spends this term alone"))
     return rows

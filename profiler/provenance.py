@@ -43,7 +43,8 @@ def defaulted_inputs(m: Measurement) -> str | None:
 
     A memfrac run hands sglang every input through its scenario and reads the resolved values back from
     /server_info: none defaulted. A log: the inputs none of whose server args it printed (an arg the log
-    parser marks `"default"` in `args_from` counts as not printed), and the GPU capacity unless it was read.
+    parser marks `"default"` in `args_from` counts as not printed), and the GPU capacity unless it was read. A
+    capture the log shows proves its graph backend was on.
     """
     if m.source == "probe":
         return ""
@@ -51,10 +52,14 @@ def defaulted_inputs(m: Measurement) -> str | None:
         return None
     printed = getattr(m, "args_from", None) or {}
     env = m.args.get("env") if isinstance(m.args.get("env"), dict) else {}
+    seen = {p.name for r in m.ranks for p in r.phases if p.role == "target"}
+    captured = {"decode_backend", "disable_cuda_graph"} if seen & {"decode_graph", "verify_graph"} else set()
+    if "prefill_graph" in seen:  # a capture line proves its backend was on
+        captured |= {"prefill_backend"}
     missing = [
         name
         for name, keys in INPUT_ARGS.items()
-        if not any((k in m.args or k in env) and printed.get(k) != "default" for k in keys)
+        if name not in captured and not any((k in m.args or k in env) and printed.get(k) != "default" for k in keys)
     ]
     if not m.identity.gpu_total_how.startswith(_GPU_READ):
         missing.append("gpu_mem_mib")
