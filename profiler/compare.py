@@ -34,7 +34,7 @@ from profiler.heuristic import Reservation
 from profiler.heuristic.record import TERM_NAMES
 from profiler.ledger import Attribution, Ledger, attribute, ledger_of
 from profiler.measurement import Measurement, Phase, Rank
-from profiler.verdict import TIGHT_MIB, run_verdict
+from profiler.verdict import headroom_verdict, run_verdict
 from profiler.verdict import runtime_need as verdict_need
 
 #: Default safety margin added to what was used when recommending a fraction.
@@ -471,16 +471,15 @@ def derive_variant(c: Comparison, res: Reservation, name: str, max_bs: int) -> C
     if used is not None and c.free_at_start_mib:
         rec = math.floor((1 - (used + c.margin_mib) / c.free_at_start_mib) * 1000) / 1000
     verdict, reason = c.verdict, c.reason
-    if c.failure_kind is None and headroom is not None and used is not None:
-        if headroom < TIGHT_MIB:
-            verdict, reason = "tight", f"{headroom:.0f} MiB free at the worst point (estimated)"
-        elif headroom > 2 * max(used, 1.0):
-            verdict, reason = (
-                "wasteful",
-                f"{headroom:.0f} MiB unused vs {used:.0f} MiB used after the KV pool (estimated)",
-            )
-        else:
-            verdict, reason = "ok", f"{headroom:.0f} MiB free at the worst point (estimated)"
+    if c.failure_kind is None and headroom is not None and used is not None and c.memory_kind == "gpu":
+        act = next((t for t in c.terms if t.term == "activation"), None)
+        need = (
+            (act.measured_mib, "measured runtime peak (probe), of the run it is derived from")
+            if act is not None and act.measured_mib is not None
+            else (mib["activation"], f"the {res.rules} rules' activation reserve")
+        )
+        verdict, reason = headroom_verdict(headroom, used, need)
+        reason += " (estimated)"
     return replace(
         c,
         measurement_id=f"{c.measurement_id}>{name}",

@@ -75,7 +75,11 @@ def run_verdict(
         return "unknown", "host-memory measurement (CPU run): no GPU headroom to judge"
     if worst is None:
         return "unknown", "no free-memory reading after the KV pool (needs 'Memory pool end' or later avail mem)"
-    serving = _serving(m)
+    return headroom_verdict(worst, used, need, _serving(m))
+
+
+def headroom_verdict(worst: float, used: float | None, need: Need | None, serving: str = "") -> tuple[str, str]:
+    """tight | wasteful | ok for a finished startup with `worst` MiB free at its worst point (rules 3–5)."""
     if worst < TIGHT_MIB:
         return "tight", f"{worst:.0f} MiB free at the worst point (< {TIGHT_MIB:.0f} MiB){serving}"
     head = f"{worst / 1024:.2f} GiB free at the worst point"

@@ -285,6 +285,11 @@ def test_derived_variant_reads_the_whole_capture_from_the_last_rung(traces):
     d = derive_variant(c, res128, "decode-128", 128)
     assert d.used_after_kv_mib == 3128.0
     assert d.ladder[0] == (128, 920.0) and d.ledger is None
+    # max_bs 128 still sits under the 10 GiB floor: same fraction (0.929), same slack → headroom moves only by the
+    # graph: 6,573 − (478 − 948) = 7,043 MiB; judged against the measured serving peak 2,300: 7,043 > 2 × 2,300
+    # and 7,043 − 2,300 = 4,743 > 2,048 → wasteful (the same rule as a measured run's verdict)
+    assert res128.mem_fraction_static == 0.929 and d.headroom_mib == 7043.0
+    assert d.verdict == "wasteful" and "(estimated)" in d.reason and "measured runtime peak" in d.reason
 
 
 # --- the store keeps the books ----------------------------------------------------------------------------
