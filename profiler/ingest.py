@@ -19,13 +19,15 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from profiler.compare import Comparison, compare, rank_figures, reservation_for
 from profiler.errors import MemfracError
-from profiler.logs import LogFile, read_log
+from profiler.logs import LogFile, read_log, read_ranges
 from profiler.logs.inputs import log_files as _discover
-from profiler.measurement import Measurement
+from profiler.logs.inputs import sniff
+from profiler.logs.lines import RANGE_MIN_BYTES, RangeScan, scan_range, split_ranges
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # imported where used: worker processes start before the parser and comparison are loaded
+    from profiler.compare import Comparison
+    from profiler.measurement import Measurement
     from profiler.store import RunContext
 
 
@@ -78,6 +80,7 @@ def default_jobs() -> int:
 
 
 _QUEUE: Any = None  # in a worker process: where byte progress goes
+PROGRESS_EVERY = 4 << 20  # bytes between a worker's progress messages
 
 
 def _worker_init(queue: Any) -> None:
@@ -85,73 +88,145 @@ def _worker_init(queue: Any) -> None:
     _QUEUE = queue
 
 
-def _read_in_worker(index: int, path: str) -> LogFile:
+def _teller(key: int) -> Callable[[int], None] | None:
+    if _QUEUE is None:
+        return None
     last = [0]
 
     def tell(done: int) -> None:
-        if done - last[0] >= 4 << 20:
-            _QUEUE.put((index, done))
+        if done - last[0] >= PROGRESS_EVERY:
+            _QUEUE.put((key, done))
             last[0] = done
 
-    return read_log(path, progress=tell if _QUEUE is not None else None)
+    return tell
+
+
+def _read_in_worker(key: int, path: str) -> LogFile:
+    return read_log(path, progress=_teller(key))
+
+
+def _scan_in_worker(key: int, path: str, start: int, end: int) -> RangeScan:
+    return scan_range(path, start, end, progress=_teller(key))
 
 
 def read_logs(
-    files: list[Path], *, jobs: int | None = None, progress: Callable[[int], None] | None = None
+    files: list[Path],
+    *,
+    jobs: int | None = None,
+    progress: Callable[[int], None] | None = None,
+    range_bytes: int | None = None,
 ) -> Iterator[LogFile]:
-    """Every file read, in input order; `jobs` > 1 reads them in that many processes at once.
-    `progress(n)` is told the bytes read so far over all files."""
-    jobs = min(len(files), jobs or default_jobs())
+    """Every file read, in input order; `jobs` > 1 reads them in that many processes at once, and splits a
+    plain file that is more than one process's share into byte ranges scanned side by side (`range_bytes`:
+    their size; default: the file over 2 × jobs). `progress(n)` is told the bytes read so far over all files.
+    The worker processes start at this call (before the first file is asked for), so whatever the caller
+    does next runs while they read."""
+    jobs = jobs or default_jobs()
     sizes = [f.stat().st_size for f in files]
-    if jobs <= 1:
-        base = 0
-        for f, size in zip(files, sizes, strict=True):
-            yield read_log(f, progress=(lambda n, b=base: progress(b + n)) if progress else None)
-            base += size
-            if progress:
-                progress(base)
-        return
-    yield from _read_parallel(files, sizes, jobs, progress)
+    if jobs <= 1 or (len(files) <= 1 and sum(sizes) < RANGE_MIN_BYTES and range_bytes is None):
+        return _read_serial(files, sizes, progress)
+    return _read_parallel(files, sizes, jobs, progress, range_bytes)
+
+
+def _read_serial(files: list[Path], sizes: list[int], progress: Callable[[int], None] | None) -> Iterator[LogFile]:
+    base = 0
+    for f, size in zip(files, sizes, strict=True):
+        yield read_log(f, progress=(lambda n, b=base: progress(b + n)) if progress else None)
+        base += size
+        if progress:
+            progress(base)
+
+
+def _plan(
+    files: list[Path], sizes: list[int], jobs: int, range_bytes: int | None
+) -> list[list[tuple[int, int]] | None]:
+    """Per file: the byte ranges to scan it in, or None to read it whole in one process."""
+    total = sum(sizes)
+    out: list[list[tuple[int, int]] | None] = []
+    for f, size in zip(files, sizes, strict=True):
+        if range_bytes is not None:
+            big = size > range_bytes
+            parts = -(-size // max(1, range_bytes))
+        else:
+            big = size >= RANGE_MIN_BYTES and size * jobs > total  # more than one process's share of the work
+            parts = 2 * jobs
+        spans = split_ranges(f, parts, min_bytes=1 if range_bytes is not None else RANGE_MIN_BYTES) if big else []
+        out.append(spans if len(spans) > 1 and sniff(f) == "text" else None)
+    return out
 
 
 def _read_parallel(
-    files: list[Path], sizes: list[int], jobs: int, progress: Callable[[int], None] | None
+    files: list[Path], sizes: list[int], jobs: int, progress: Callable[[int], None] | None, range_bytes: int | None
 ) -> Iterator[LogFile]:
     import multiprocessing as mp
-    import queue as queue_mod
-    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures import Future, ProcessPoolExecutor
 
+    plans = _plan(files, sizes, jobs, range_bytes)
     ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
     q = ctx.Queue()
-    done_by_file = [0] * len(files)
-    finished: dict[int, LogFile] = {}
+    ex = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_worker_init, initargs=(q,))
+    tasks: list[list[tuple[int, Future[Any]]]] = []
+    task_size: list[int] = []
+    for f, size, spans in zip(files, sizes, plans, strict=True):
+        mine = []
+        for a, b in spans or [(0, size)]:
+            k = len(task_size)
+            task_size.append(b - a)
+            if spans is None:
+                fut = ex.submit(_read_in_worker, k, str(f))
+            else:
+                fut = ex.submit(_scan_in_worker, k, str(f), a, b)
+            mine.append((k, fut))
+        tasks.append(mine)
+    return _collect(ex, q, files, plans, tasks, task_size, progress)
+
+
+def _collect(
+    ex: Any,
+    q: Any,
+    files: list[Path],
+    plans: list[list[tuple[int, int]] | None],
+    tasks: list[list[tuple[int, Any]]],
+    task_size: list[int],
+    progress: Callable[[int], None] | None,
+) -> Iterator[LogFile]:
+    """The files in input order as their tasks finish: whole files as the workers parsed them, ranged files
+    replayed here (in this process) from their ranges' scans."""
+    import queue as queue_mod
+    from concurrent.futures import FIRST_COMPLETED, wait
+
+    done_by_task = [0] * len(task_size)
 
     def drain() -> None:
         try:
             while True:
-                i, n = q.get_nowait()
-                done_by_file[i] = max(done_by_file[i], n)
+                k, n = q.get_nowait()
+                done_by_task[k] = max(done_by_task[k], n)
         except queue_mod.Empty:
             pass
         if progress:
-            progress(sum(done_by_file))
+            progress(sum(done_by_task))
 
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_worker_init, initargs=(q,)) as ex:
-        futs = {ex.submit(_read_in_worker, i, str(f)): i for i, f in enumerate(files)}
-        pending = set(futs)
-        nxt = 0
-        from concurrent.futures import FIRST_COMPLETED, wait
-
-        while pending:
-            ready, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
-            for fut in ready:
-                i = futs[fut]
-                finished[i] = fut.result()  # a MemfracError in a worker comes back here, with its message
-                done_by_file[i] = sizes[i]
+    def result(k: int, fut: Any) -> Any:
+        while not fut.done():
+            wait([fut], timeout=0.25, return_when=FIRST_COMPLETED)
             drain()
-            while nxt in finished:
-                yield finished.pop(nxt)
-                nxt += 1
+        got = fut.result()  # a MemfracError in a worker comes back here, with its message
+        done_by_task[k] = task_size[k]
+        drain()
+        return got
+
+    with ex:
+        for f, spans, mine in zip(files, plans, tasks, strict=True):
+            if spans is None:
+                yield result(*mine[0])
+                continue
+            lf = read_ranges(f, (result(k, fut) for k, fut in mine))
+            if lf is None:  # a line longer than a chunk: the ranges cannot be replayed; one pass here
+                for _, fut in mine:
+                    fut.cancel()
+                lf = read_log(f)
+            yield lf
 
 
 def ingest(
@@ -169,13 +244,18 @@ def ingest(
     files = log_files(paths)
     total = sum(f.stat().st_size for f in files)
     show = progress and total > 50 * 2**20
+    bars: list[Any] = []
+    logs = read_logs(files, jobs=jobs, progress=(lambda n: bars[0].update(n) if bars else None) if show else None)
     from contextlib import nullcontext
 
+    from profiler.compare import compare, reservation_for  # loaded while the workers (if any) read
     from profiler.ui import progress as progress_bar
 
     bar_cm = progress_bar(total, "ingest", unit="bytes") if show else nullcontext()
     with bar_cm as bar:
-        for lf in read_logs(files, jobs=jobs, progress=bar.update if bar is not None else None):
+        if bar is not None:
+            bars.append(bar)
+        for lf in logs:
             if seen is not None:
                 seen.append(lf)
             if not lf.runs and warn is not None:
@@ -216,6 +296,8 @@ def log_context(m: Measurement, c: Comparison) -> RunContext:
 
 
 def rows_for(m: Measurement, c: Comparison, per_rank: bool = False) -> list[IngestRow]:
+    from profiler.compare import rank_figures
+
     i = m.identity
     file, _, run = m.id.rpartition("#")
 
