@@ -10,6 +10,7 @@ it held; when no input holds a server run the command exits 2.
 from __future__ import annotations
 
 import csv
+import gc
 import io
 import json
 import os
@@ -86,6 +87,8 @@ PROGRESS_EVERY = 4 << 20  # bytes between a worker's progress messages
 def _worker_init(queue: Any) -> None:
     global _QUEUE
     _QUEUE = queue
+    gc.disable()  # a worker's records are trees without cycles (see profiler.logs._parse); and no collection
+    # walks the objects inherited from the parent, whose pages then stay shared (no copy-on-write)
 
 
 def _teller(key: int) -> Callable[[int], None] | None:
@@ -118,7 +121,7 @@ def read_logs(
 ) -> Iterator[LogFile]:
     """Every file read, in input order; `jobs` > 1 reads them in that many processes at once, and splits a
     plain file that is more than one process's share into byte ranges scanned side by side (`range_bytes`:
-    their size; default: the file over 2 × jobs). `progress(n)` is told the bytes read so far over all files.
+    their size; default: the file over `jobs`). `progress(n)` is told the bytes read so far over all files.
     The worker processes start at this call (before the first file is asked for), so whatever the caller
     does next runs while they read."""
     jobs = jobs or default_jobs()
@@ -149,7 +152,7 @@ def _plan(
             parts = -(-size // max(1, range_bytes))
         else:
             big = size >= RANGE_MIN_BYTES and size * jobs > total  # more than one process's share of the work
-            parts = 2 * jobs
+            parts = jobs
         spans = split_ranges(f, parts, min_bytes=1 if range_bytes is not None else RANGE_MIN_BYTES) if big else []
         out.append(spans if len(spans) > 1 and sniff(f) == "text" else None)
     return out
@@ -162,6 +165,7 @@ def _read_parallel(
     from concurrent.futures import Future, ProcessPoolExecutor
 
     plans = _plan(files, sizes, jobs, range_bytes)
+    gc.freeze()  # the parent's objects as they are now: never collected, so their pages are not copied into workers
     ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
     q = ctx.Queue()
     ex = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_worker_init, initargs=(q,))
