@@ -24,7 +24,7 @@ from profiler.errors import MemfracError
 from profiler.logs import LogFile, read_log, read_ranges
 from profiler.logs.inputs import log_files as _discover
 from profiler.logs.inputs import sniff
-from profiler.logs.lines import RANGE_MIN_BYTES, RangeScan, scan_range, split_ranges
+from profiler.logs.lines import CHUNK_BYTES, RANGE_MIN_BYTES, RangeScan, scan_range, split_ranges
 
 if TYPE_CHECKING:  # imported where used: worker processes start before the parser and comparison are loaded
     from profiler.compare import Comparison
@@ -153,7 +153,7 @@ def _plan(
         else:
             big = size >= RANGE_MIN_BYTES and size * jobs > total  # more than one process's share of the work
             parts = jobs
-        spans = split_ranges(f, parts, min_bytes=1 if range_bytes is not None else RANGE_MIN_BYTES) if big else []
+        spans = split_ranges(f, parts, min_bytes=1 if range_bytes is not None else CHUNK_BYTES) if big else []
         out.append(spans if len(spans) > 1 and sniff(f) == "text" else None)
     return out
 

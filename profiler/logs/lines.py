@@ -620,7 +620,7 @@ def chunks_of_lines(lines: Iterable[str | bytes], size: int = CHUNK_BYTES) -> It
 
 # ---- byte ranges: one file on several cores -------------------------------------------------------------------
 
-RANGE_MIN_BYTES = 16 << 20  # smaller ranges cost more in start-up than they save
+RANGE_MIN_BYTES = 16 << 20  # a smaller file is read in one pass: ranges cost more in start-up than they save
 
 Found = tuple[int, int, bool, bytes, int, tuple[tuple[int, bytes], ...]]
 
@@ -707,11 +707,13 @@ def scan_range(
     start: int,
     end: int,
     matcher: ReMatcher | None = None,
-    chunk: int = CHUNK_BYTES,
+    chunk: int | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> RangeScan:
     """Scan the lines starting in [start, end) of a plain file (start and end are line starts or the file's
-    ends). Meant for worker processes; `progress(n)`: bytes of the range done."""
+    ends). Meant for worker processes; `progress(n)`: bytes of the range done. `chunk`: read size (default
+    CHUNK_BYTES); a line longer than that makes the range unsplittable (`error`)."""
+    chunk = chunk or CHUNK_BYTES
     sc = LineScanner(matcher)
     sc._hot = PEAK_RE_WINDOW  # maxima start rising at the range start
     found: list[Found] = []
