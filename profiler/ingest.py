@@ -164,7 +164,12 @@ def _read_parallel(
     import multiprocessing as mp
     from concurrent.futures import Future, ProcessPoolExecutor
 
+    from profiler.logs.lines import default_matcher
+
     plans = _plan(files, sizes, jobs, range_bytes)
+    default_matcher()  # built once here (a few ms), inherited by every worker
+    if any(p is None for p in plans):
+        import profiler.logs.build  # noqa: F401  # whole files are parsed in the workers: load the parser once, here
     gc.freeze()  # the parent's objects as they are now: never collected, so their pages are not copied into workers
     ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
     q = ctx.Queue()

@@ -417,6 +417,10 @@ def default_matcher() -> ReMatcher:
 # ---- scanner --------------------------------------------------------------------------------------------------
 
 
+_FRESH = tuple(-1 for _ in PEAK_FIELDS)  # no traffic value seen yet
+_NO_LABELS: list[tuple[int, bytes]] = []  # shared, never appended to
+
+
 class LineScanner:
     """Yields (line number, text) for candidate lines of a byte stream; see the module docstring."""
 
@@ -427,7 +431,7 @@ class LineScanner:
         self._labels_done = False  # RANK_DISCOVERY_BYTES went by without a new label: stop looking
         self._offset = 0  # normalised bytes (CRLF → LF, ANSI codes removed) scanned before the current body
         self._last_new_label = 0  # stream offset of the last new rank label
-        self._levels = tuple(-1 for _ in PEAK_FIELDS)  # traffic maxima since the last keyword line
+        self._levels = _FRESH  # traffic maxima since the last keyword line
         self._hot = 0  # stream offset up to which maxima are still rising (see ReMatcher.above)
         self.lines = 0  # physical lines scanned so far (like `wc -l`, plus a last line without newline)
         self.normalised = False  # the current body had CRLFs or ANSI codes removed (its offsets moved)
@@ -536,7 +540,7 @@ class LineScanner:
             line = raw[start:end] if copy is None else copy(raw[start:end])
             pos = end + 1
             if keyword:
-                self._levels = tuple(-1 for _ in PEAK_FIELDS)
+                self._levels = _FRESH
                 self._hot = offset + pos + PEAK_RE_WINDOW
             else:
                 vals = field_values(line)
@@ -545,9 +549,11 @@ class LineScanner:
                     if levels != self._levels:
                         self._levels = levels
                         self._hot = offset + pos + PEAK_RE_WINDOW
-            mine: list[tuple[int, bytes]] = []
-            while sightings and sightings[-1][0] <= end:
-                mine.append(sightings.pop())
+            mine: list[tuple[int, bytes]] = _NO_LABELS
+            if sightings and sightings[-1][0] <= end:
+                mine = []
+                while sightings and sightings[-1][0] <= end:
+                    mine.append(sightings.pop())
             yield lineno + 1, line, end, keyword, mine
 
     def _new_labels(self, body: bytes | bytearray, offset: int, n: int) -> list[tuple[int, bytes]]:
@@ -755,7 +761,7 @@ class RangeReplay:
         self.lines = 0
         self._path = path
         self._matcher = matcher or default_matcher()
-        self._levels = tuple(-1 for _ in PEAK_FIELDS)
+        self._levels = _FRESH
         self._labels: set[bytes] = set()
         self._labels_done = False
         self._last_new_label = 0
@@ -807,7 +813,7 @@ class RangeReplay:
 
     def _take(self, line: bytes, keyword: bool) -> None:
         if keyword:
-            self._levels = tuple(-1 for _ in PEAK_FIELDS)
+            self._levels = _FRESH
             return
         vals = field_values(line)
         if max(vals) >= 0:
