@@ -87,8 +87,8 @@ PROGRESS_EVERY = 4 << 20  # bytes between a worker's progress messages
 def _worker_init(queue: Any) -> None:
     global _QUEUE
     _QUEUE = queue
-    gc.disable()  # a worker's records are trees without cycles (see profiler.logs._parse); and no collection
-    # walks the objects inherited from the parent, whose pages then stay shared (no copy-on-write)
+    gc.disable()  # a worker's records are trees without cycles (see profiler.logs._parse), and no collection then
+    # walks the objects inherited from the parent: their pages stay shared, not copied on write
 
 
 def _teller(key: int) -> Callable[[int], None] | None:
@@ -170,7 +170,6 @@ def _read_parallel(
     default_matcher()  # built once here (a few ms), inherited by every worker
     if any(p is None for p in plans):
         import profiler.logs.build  # noqa: F401  # whole files are parsed in the workers: load the parser once, here
-    gc.freeze()  # the parent's objects as they are now: never collected, so their pages are not copied into workers
     ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
     q = ctx.Queue()
     ex = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_worker_init, initargs=(q,))
