@@ -119,14 +119,17 @@ def read_logs(
     progress: Callable[[int], None] | None = None,
     range_bytes: int | None = None,
 ) -> Iterator[LogFile]:
-    """Every file read, in input order; `jobs` > 1 reads them in that many processes at once, and splits a
-    plain file that is more than one process's share into byte ranges scanned side by side (`range_bytes`:
-    their size; default: the file over `jobs`). `progress(n)` is told the bytes read so far over all files.
+    """Every file read, in input order; `jobs` > 1 reads them in that many processes at once (default: one per
+    core, when there are RANGE_MIN_BYTES to read), and splits a plain file that is more than one process's share
+    into byte ranges scanned side by side (`range_bytes`: their size; default: the file over `jobs`).
+    `progress(n)` is told the bytes read so far over all files.
     The worker processes start at this call (before the first file is asked for), so whatever the caller
     does next runs while they read."""
-    jobs = jobs or default_jobs()
     sizes = [f.stat().st_size for f in files]
-    if jobs <= 1 or (len(files) <= 1 and sum(sizes) < RANGE_MIN_BYTES and range_bytes is None):
+    small = sum(sizes) < RANGE_MIN_BYTES and range_bytes is None  # starting processes would cost more
+    if jobs is None:
+        jobs = 1 if small else default_jobs()
+    if jobs <= 1 or (len(files) <= 1 and small):
         return _read_serial(files, sizes, progress)
     return _read_parallel(files, sizes, jobs, progress, range_bytes)
 

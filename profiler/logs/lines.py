@@ -361,7 +361,7 @@ class AhoMatcher(ReMatcher):
         hits = []
         for k, at, end in self._short.find_matches_as_indexes(view):
             if k == 0:
-                if body[end] != 47:  # "GB" then "/": "GB/s", not a keyword
+                if end < n and body[end] != 47:  # "GB" then "/": "GB/s", not a keyword (nor "GB" at the end)
                     hits.append(at)
             elif k <= 2:
                 return None
@@ -370,9 +370,10 @@ class AhoMatcher(ReMatcher):
         return _walker(self._merge(hits, view))
 
     def finder(self, body: bytes | bytearray, n: int | None = None) -> Callable[[int], int]:
-        view = body if n is None or n == len(body) else memoryview(body)[:n]
+        n = len(body) if n is None else n
+        view = body if n == len(body) else memoryview(body)[:n]
         found = self._short.find_matches_as_indexes(view)
-        hits = [at for k, at, end in found if k > 2 or (k == 0 and body[end] != 47)]
+        hits = [at for k, at, end in found if k > 2 or (k == 0 and end < n and body[end] != 47)]
         return _walker(self._merge(hits, view))
 
     def _merge(self, hits: list[int], view: bytes | bytearray | memoryview) -> list[int]:
