@@ -271,3 +271,24 @@ def test_followed_lines_are_handed_on_once(tmp_path: Path) -> None:
             rp = RangeReplay(f, m)
             assert _follow_policy(rp, rp.replay(scan_range(f, a, b, m) for a, b in spans)) == want, (m.name, cut)
             assert rp.lines == sc.lines == 9
+
+
+def test_ingest_json_loads_no_heavy_module(tmp_path: Path) -> None:
+    """`memfrac ingest FILE --format json` starts in tens of milliseconds: no pandas, matplotlib, numpy, sglang,
+    nor rich when stderr is not a terminal (here on a file big enough to be split into ranges)."""
+    import subprocess
+    import sys
+
+    big = tmp_path / "big.log"
+    big.write_bytes(TEXT["repo_sglang-docs_send-request_llama31-8b_1gpu.log"].encode())
+    with big.open("ab") as f:
+        line = TRAFFIC[0].format(r=3, t=21, u=0.5, k=0).encode() + b"\n"
+        f.write(line * (L.RANGE_MIN_BYTES // len(line) + 10))
+    code = (
+        "import sys, json; from profiler.ingest import run_ingest; out = []\n"
+        f"assert run_ingest([{str(big)!r}], fmt='json', echo=out.append, jobs=2) == 0\n"
+        "assert json.loads(out[0])[0]['kv_mib'] > 0\n"
+        "print(sorted(m for m in ('pandas', 'matplotlib', 'numpy', 'sglang', 'rich') if m in sys.modules))"
+    )
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert got.stdout.strip() == "[]", got.stderr
