@@ -14,7 +14,8 @@
    retraction / OOM keywords are in its filter.
 2. Dense log: the fixtures concatenated (no target; most lines are memory lines, i.e. Python work).
 3. Many files: --files logs (the startup + a 1/--files slice of the production log's traffic each) in a directory,
-   `memfrac ingest DIR` on one core and on two (taskset), alternating, reported as a speed-up.
+   `memfrac ingest DIR` on one core and on two (taskset), alternating, reported as a speed-up; again with each
+   slice --multi-times over (bigger files: the fixed start-up weighs less).
 
 Whole commands as a user runs them (a fresh `memfrac` process from byte-compiled modules, output to a file),
 ingest and grep alternating so both run under the same load, median of --repeat. grep writes its matches to a
@@ -178,15 +179,15 @@ def headroom(n: int = 3_000_000) -> float:
         return one / (time.perf_counter() - t)
 
 
-def multi(prod: Path, files: int, repeat: int, tmp: Path, clear: float) -> None:
-    d = tmp / "many"
+def multi(prod: Path, files: int, repeat: int, tmp: Path, clear: float, times: int = 1) -> None:
+    d = tmp / f"many-{times}"
     d.mkdir()
     head = startup()
     data = prod.read_bytes()[len(head) :]  # the production log's traffic, cut into --files slices at line ends
     at = 0
     for i in range(files):
         cut = len(data) if i == files - 1 else data.rfind(b"\n", 0, len(data) * (i + 1) // files) + 1
-        (d / f"server-{i:02d}.log").write_bytes(head + data[at:cut])
+        (d / f"server-{i:02d}.log").write_bytes(head + data[at:cut] * times)
         at = cut
     del data
     taskset = shutil.which("taskset")
@@ -218,6 +219,8 @@ def main() -> None:
     ap.add_argument("--clear", type=float, default=1.8, help="also report the rounds whose two-core headroom "
                     "stayed at least this (default 1.8; 2.0 is an idle machine)")  # fmt: skip
     ap.add_argument("--files", type=int, default=8, help="files for the multi-file measurement (default 8)")
+    ap.add_argument("--multi-times", type=int, default=2, help="also measure many files holding each slice this "
+                    "many times over (default 2: 8 x 162 MB; start-up weighs less)")  # fmt: skip
     ap.add_argument("--dense-mb", type=int, default=162, help="size of the dense log (default 162 MB)")
     ap.add_argument("--skip-multi", action="store_true")
     ap.add_argument("--skip-dense", action="store_true")
@@ -242,7 +245,9 @@ def main() -> None:
         if not args.skip_production:
             report("production-shaped", prod, args.repeat, tmp, args.clear)
         if not args.skip_multi:
-            multi(prod, args.files, args.repeat, tmp, args.clear)
+            for times in sorted({1, args.multi_times}):
+                multi(prod, args.files, args.repeat, tmp, args.clear, times)
+                shutil.rmtree(tmp / f"many-{times}")
         prod.unlink()
         if not args.skip_dense:
             dense = tmp / "dense.log"
