@@ -9,11 +9,16 @@ it held; when no input holds a server run the command exits 2.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import gc
 import io
 import json
 import os
+import pickle
+import select
+import signal
+import struct
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, fields
@@ -80,36 +85,203 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-_QUEUE: Any = None  # in a worker process: where byte progress goes
 PROGRESS_EVERY = 4 << 20  # bytes between a worker's progress messages
+Task = tuple[Callable[..., Any], tuple[Any, ...]]  # fn(*args, progress=...) run in a worker process
 
 
-def _worker_init(queue: Any) -> None:
+def _read_task(path: str, progress: Callable[[int], None] | None = None) -> LogFile:
+    return read_log(path, progress=progress)
+
+
+def _scan_task(path: str, start: int, end: int, progress: Callable[[int], None] | None = None) -> RangeScan:
+    return scan_range(path, start, end, progress=progress)
+
+
+class _Forked:
+    """`jobs` worker processes forked from this one, each taking the next task index from one shared pipe and
+    sending progress and pickled results back on a pipe of its own. Why not multiprocessing: importing it and
+    concurrent.futures and starting their threads costs ~20 ms before the first task can start, a fixed cost
+    that shows when the work is a second or less. Linux (fork) only; `_Executor` elsewhere."""
+
+    _HEAD = struct.Struct("<BIQ")  # kind (1 progress, 2 result, 3 error), task, payload length or bytes done
+
+    def __init__(self, jobs: int, tasks: list[Task]) -> None:
+        self._tasks = tasks
+        self._got: dict[int, tuple[int, Any]] = {}
+        self.done: dict[int, int] = {}  # task -> bytes done so far
+        self._bufs: dict[int, bytearray] = {}
+        self._pids: list[int] = []
+        todo = b"".join(struct.pack("<I", k) for k in range(len(tasks)))
+        r, w = os.pipe()
+        for _ in range(min(jobs, len(tasks))):
+            pr, pw = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # the worker: never returns
+                os.close(pr)
+                os.close(w)
+                for fd in self._bufs:
+                    os.close(fd)
+                self._work(r, pw)
+            os.close(pw)
+            self._bufs[pr] = bytearray()
+            self._pids.append(pid)
+        os.close(r)
+        self._todo, self._w = todo, w
+        self._feed()
+
+    def _feed(self) -> None:
+        """Hand the task indices over as the pipe takes them (never blocking: the workers' results may be
+        waiting for us to read them)."""
+        if self._w < 0:
+            return
+        os.set_blocking(self._w, False)
+        try:
+            while self._todo:
+                n = os.write(self._w, self._todo[: 4 * (select.PIPE_BUF // 4)])
+                self._todo = self._todo[n:]
+        except BlockingIOError:
+            return
+        os.close(self._w)  # all handed over: a worker reading end-of-file has no more to do
+        self._w = -1
+
+    def _work(self, tasks_fd: int, out: int) -> None:
+        gc.disable()  # records are trees without cycles (see profiler.logs._parse); and the parent's objects'
+        # pages stay shared when no collection walks them
+        code = 0
+        try:
+            while len(b := os.read(tasks_fd, 4)) == 4:
+                (k,) = struct.unpack("<I", b)
+                last = [0]
+
+                def tell(n: int, k: int = k, last: list[int] = last) -> None:
+                    if n - last[0] >= PROGRESS_EVERY:
+                        _write_all(out, self._HEAD.pack(1, k, n))
+                        last[0] = n
+
+                fn, args = self._tasks[k]
+                try:
+                    kind, payload = 2, pickle.dumps(fn(*args, progress=tell), pickle.HIGHEST_PROTOCOL)
+                except Exception as e:  # comes back where the result is asked for, with its message
+                    kind, payload = 3, pickle.dumps(e if _picklable(e) else MemfracError(str(e)))
+                _write_all(out, self._HEAD.pack(kind, k, len(payload)) + payload)
+        except BaseException:
+            code = 1
+        finally:
+            os._exit(code)
+
+    def _pump(self, timeout: float) -> None:
+        self._feed()
+        if not self._bufs:
+            return
+        ready, _, _ = select.select(list(self._bufs), [], [], timeout)
+        for fd in ready:
+            chunk = os.read(fd, 1 << 20)
+            buf = self._bufs[fd]
+            if not chunk:
+                del self._bufs[fd]
+                os.close(fd)
+                continue
+            buf += chunk
+            while len(buf) >= self._HEAD.size:
+                kind, k, n = self._HEAD.unpack_from(buf)
+                if kind == 1:
+                    self.done[k] = max(self.done.get(k, 0), n)
+                    del buf[: self._HEAD.size]
+                    continue
+                if len(buf) < self._HEAD.size + n:
+                    break
+                self._got[k] = (kind, pickle.loads(buf[self._HEAD.size : self._HEAD.size + n]))
+                del buf[: self._HEAD.size + n]
+
+    def result(self, k: int, tick: Callable[[], None]) -> Any:
+        while k not in self._got:
+            if not self._bufs:
+                raise MemfracError(f"a worker process ended without reading {self._tasks[k][1][0]} (killed?)")
+            self._pump(0.25)
+            tick()
+        kind, got = self._got.pop(k)
+        if kind == 3:
+            raise got
+        return got
+
+    def close(self) -> None:
+        for fd in self._bufs:
+            os.close(fd)
+        self._bufs.clear()
+        if self._w >= 0:
+            os.close(self._w)
+            self._w = -1
+        for pid in self._pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)  # done ones have exited already; this stops abandoned work
+            os.waitpid(pid, 0)
+        self._pids.clear()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _picklable(e: Exception) -> bool:
+    try:
+        pickle.loads(pickle.dumps(e))
+        return True
+    except Exception:
+        return False
+
+
+_QUEUE: Any = None  # in an _Executor worker: where byte progress goes
+
+
+def _executor_init(queue: Any) -> None:
     global _QUEUE
     _QUEUE = queue
-    gc.disable()  # a worker's records are trees without cycles (see profiler.logs._parse), and no collection then
-    # walks the objects inherited from the parent: their pages stay shared, not copied on write
+    gc.disable()
 
 
-def _teller(key: int) -> Callable[[int], None] | None:
-    if _QUEUE is None:
-        return None
+def _executor_task(k: int, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
     last = [0]
 
-    def tell(done: int) -> None:
-        if done - last[0] >= PROGRESS_EVERY:
-            _QUEUE.put((key, done))
-            last[0] = done
+    def tell(n: int) -> None:
+        if n - last[0] >= PROGRESS_EVERY:
+            _QUEUE.put((k, n))
+            last[0] = n
 
-    return tell
-
-
-def _read_in_worker(key: int, path: str) -> LogFile:
-    return read_log(path, progress=_teller(key))
+    return fn(*args, progress=tell)
 
 
-def _scan_in_worker(key: int, path: str, start: int, end: int) -> RangeScan:
-    return scan_range(path, start, end, progress=_teller(key))
+class _Executor:
+    """`_Forked`'s interface over concurrent.futures (platforms without fork, or where it is not the default)."""
+
+    def __init__(self, jobs: int, tasks: list[Task]) -> None:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        self._tasks = tasks
+        self.done: dict[int, int] = {}
+        self._q = mp.Queue()
+        self._ex = ProcessPoolExecutor(max_workers=jobs, initializer=_executor_init, initargs=(self._q,))
+        self._futs = [self._ex.submit(_executor_task, k, fn, args) for k, (fn, args) in enumerate(tasks)]
+
+    def result(self, k: int, tick: Callable[[], None]) -> Any:
+        import queue as queue_mod
+        from concurrent.futures import FIRST_COMPLETED, wait
+
+        fut = self._futs[k]
+        while True:
+            with contextlib.suppress(queue_mod.Empty):
+                while True:
+                    j, n = self._q.get_nowait()
+                    self.done[j] = max(self.done.get(j, 0), n)
+            if fut.done():
+                return fut.result()
+            tick()
+            wait([fut], timeout=0.25, return_when=FIRST_COMPLETED)
+
+    def close(self) -> None:
+        self._ex.shutdown(wait=True, cancel_futures=True)
 
 
 def read_logs(
@@ -164,80 +336,62 @@ def _plan(
 def _read_parallel(
     files: list[Path], sizes: list[int], jobs: int, progress: Callable[[int], None] | None, range_bytes: int | None
 ) -> Iterator[LogFile]:
-    import multiprocessing as mp
-    from concurrent.futures import Future, ProcessPoolExecutor
-
     from profiler.logs.lines import default_matcher
 
     plans = _plan(files, sizes, jobs, range_bytes)
     default_matcher()  # built once here (a few ms), inherited by every worker
     if any(p is None for p in plans):
         import profiler.logs.build  # noqa: F401  # whole files are parsed in the workers: load the parser once, here
-    ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
-    q = ctx.Queue()
-    ex = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_worker_init, initargs=(q,))
-    tasks: list[list[tuple[int, Future[Any]]]] = []
-    task_size: list[int] = []
-    for f, size, spans in zip(files, sizes, plans, strict=True):
-        mine = []
-        for a, b in spans or [(0, size)]:
-            k = len(task_size)
-            task_size.append(b - a)
-            if spans is None:
-                fut = ex.submit(_read_in_worker, k, str(f))
-            else:
-                fut = ex.submit(_scan_in_worker, k, str(f), a, b)
-            mine.append((k, fut))
-        tasks.append(mine)
-    return _collect(ex, q, files, plans, tasks, task_size, progress)
+    tasks: list[Task] = []
+    owned: list[list[int]] = []  # per file, its tasks
+    for f, spans in zip(files, plans, strict=True):
+        first = len(tasks)
+        if spans is None:
+            tasks.append((_read_task, (str(f),)))
+        else:
+            tasks += [(_scan_task, (str(f), a, b)) for a, b in spans]
+        owned.append(list(range(first, len(tasks))))
+    sizes_of = [b - a for spans, size in zip(plans, sizes, strict=True) for a, b in (spans or [(0, size)])]
+    pool = _Forked(jobs, tasks) if sys.platform == "linux" else _Executor(jobs, tasks)
+    return _collect(pool, files, plans, owned, sizes_of, progress)
 
 
 def _collect(
-    ex: Any,
-    q: Any,
+    pool: _Forked | _Executor,
     files: list[Path],
     plans: list[list[tuple[int, int]] | None],
-    tasks: list[list[tuple[int, Any]]],
+    owned: list[list[int]],
     task_size: list[int],
     progress: Callable[[int], None] | None,
 ) -> Iterator[LogFile]:
     """The files in input order as their tasks finish: whole files as the workers parsed them, ranged files
     replayed here (in this process) from their ranges' scans."""
-    import queue as queue_mod
-    from concurrent.futures import FIRST_COMPLETED, wait
+    finished: set[int] = set()
 
-    done_by_task = [0] * len(task_size)
-
-    def drain() -> None:
-        try:
-            while True:
-                k, n = q.get_nowait()
-                done_by_task[k] = max(done_by_task[k], n)
-        except queue_mod.Empty:
-            pass
+    def tick() -> None:
         if progress:
-            progress(sum(done_by_task))
+            progress(sum(size if k in finished else pool.done.get(k, 0) for k, size in enumerate(task_size)))
 
-    def result(k: int, fut: Any) -> Any:
-        while not fut.done():
-            wait([fut], timeout=0.25, return_when=FIRST_COMPLETED)
-            drain()
-        got = fut.result()  # a MemfracError in a worker comes back here, with its message
-        done_by_task[k] = task_size[k]
-        drain()
+    def result(k: int) -> Any:
+        got = pool.result(k, tick)
+        finished.add(k)
+        tick()
         return got
 
-    with ex:
-        for f, spans, mine in zip(files, plans, tasks, strict=True):
+    try:
+        for f, spans, mine in zip(files, plans, owned, strict=True):
             if spans is None:
-                yield result(*mine[0])
+                yield result(mine[0])
                 continue
-            lf = read_ranges(f, (result(k, fut) for k, fut in mine))
+            lf = read_ranges(f, (result(k) for k in mine))
             if lf is None:  # a line longer than a chunk: the ranges cannot be replayed; one pass here
-                for _, fut in mine:
-                    fut.cancel()
+                for k in mine:
+                    if k not in finished:
+                        result(k)  # (scanned to no use; waited for so the file's tasks are all accounted)
                 lf = read_log(f)
             yield lf
+    finally:
+        pool.close()
 
 
 def ingest(

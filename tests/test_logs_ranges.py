@@ -292,3 +292,32 @@ def test_ingest_json_loads_no_heavy_module(tmp_path: Path) -> None:
     )
     got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert got.stdout.strip() == "[]", got.stderr
+
+
+@pytest.mark.parametrize("pool_kind", ["forked", "executor"])
+def test_worker_pools_return_results_errors_and_progress(pool_kind: str, tmp_path: Path) -> None:
+    """Both pools (fork-based on Linux, concurrent.futures elsewhere) give each task's result, raise a task's
+    MemfracError where its result is asked for, and report bytes done."""
+    from profiler.errors import MemfracError
+    from profiler.ingest import PROGRESS_EVERY, _Executor, _Forked, _read_task, _scan_task
+
+    if pool_kind == "forked" and not hasattr(__import__("os"), "fork"):
+        pytest.skip("no fork on this platform")
+    good = tmp_path / "a.log"
+    line = TRAFFIC[0].format(r=3, t=21, u=0.5, k=0).encode() + b"\n"
+    good.write_bytes(TEXT["sglang-8538.log"].encode() + line * (2 * PROGRESS_EVERY // len(line) + 1))
+    size = good.stat().st_size
+    missing = str(tmp_path / "missing.log")
+    tasks = [(_read_task, (str(good),)), (_read_task, (missing,)), (_scan_task, (str(good), 0, size))]
+    pool = (_Forked if pool_kind == "forked" else _Executor)(2, tasks)
+    try:
+        lf = pool.result(0, lambda: None)
+        assert records(lf.runs) == records(read_log(good).runs) and len(lf.runs) == 1
+        with pytest.raises(MemfracError, match=r"missing\.log: no such log file"):
+            pool.result(1, lambda: None)
+        rs = pool.result(2, lambda: None)
+        assert rs.lines == lf.lines and rs.error is None
+        if pool_kind == "forked":  # progress comes on the result's pipe, before it
+            assert PROGRESS_EVERY <= pool.done[0] <= size and PROGRESS_EVERY <= pool.done[2] <= size
+    finally:
+        pool.close()
