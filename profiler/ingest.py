@@ -98,14 +98,18 @@ def _scan_task(path: str, start: int, end: int, progress: Callable[[int], None] 
 
 
 class _Forked:
-    """`jobs` worker processes forked from this one, each taking the next task index from one shared pipe and
-    sending progress and pickled results back on a pipe of its own. Why not multiprocessing: importing it and
-    concurrent.futures and starting their threads costs ~20 ms before the first task can start, a fixed cost
-    that shows when the work is a second or less. Linux (fork) only; `_Executor` elsewhere."""
+    """`jobs` processes on the tasks: this one and jobs - 1 forked from it, each taking the next task index from
+    one shared pipe; the forked ones send progress and pickled results back on a pipe of their own. Why not
+    multiprocessing: importing it and concurrent.futures, starting their threads and one more process cost
+    ~25 ms before the first task starts, a fixed cost that shows when the work is a second or less. This
+    process takes tasks whenever it waits for a result (so it is never idle while there are some). Linux (fork)
+    only; `_Executor` elsewhere."""
 
     _HEAD = struct.Struct("<BIQ")  # kind (1 progress, 2 result, 3 error), task, payload length or bytes done
 
     def __init__(self, jobs: int, tasks: list[Task]) -> None:
+        import fcntl
+
         self._tasks = tasks
         self._got: dict[int, tuple[int, Any]] = {}
         self.done: dict[int, int] = {}  # task -> bytes done so far
@@ -113,8 +117,10 @@ class _Forked:
         self._pids: list[int] = []
         todo = b"".join(struct.pack("<I", k) for k in range(len(tasks)))
         r, w = os.pipe()
-        for _ in range(min(jobs, len(tasks))):
+        for _ in range(min(jobs - 1, len(tasks) - 1)):
             pr, pw = os.pipe()
+            with contextlib.suppress(OSError, AttributeError):  # room for big results while we are busy
+                fcntl.fcntl(pw, fcntl.F_SETPIPE_SZ, 1 << 20)
             pid = os.fork()
             if pid == 0:  # the worker: never returns
                 os.close(pr)
@@ -125,9 +131,31 @@ class _Forked:
             os.close(pw)
             self._bufs[pr] = bytearray()
             self._pids.append(pid)
-        os.close(r)
+        self._r = r  # this process takes tasks too
         self._todo, self._w = todo, w
         self._feed()
+
+    def _take(self, tick: Callable[[], None]) -> bool:
+        """Run the next task here, once every index is handed over (so reading one never blocks)."""
+        if self._r < 0 or self._w >= 0:
+            return False
+        b = os.read(self._r, 4)
+        if len(b) < 4:
+            os.close(self._r)
+            self._r = -1
+            return False
+        (k,) = struct.unpack("<I", b)
+
+        def tell(n: int) -> None:
+            self.done[k] = n
+            tick()
+
+        fn, args = self._tasks[k]
+        try:
+            self._got[k] = (2, fn(*args, progress=tell))
+        except Exception as e:
+            self._got[k] = (3, e)
+        return True
 
     def _feed(self) -> None:
         """Hand the task indices over as the pipe takes them (never blocking: the workers' results may be
@@ -195,6 +223,9 @@ class _Forked:
 
     def result(self, k: int, tick: Callable[[], None]) -> Any:
         while k not in self._got:
+            self._pump(0)
+            if k in self._got or self._take(tick):
+                continue
             if not self._bufs:
                 raise MemfracError(f"a worker process ended without reading {self._tasks[k][1][0]} (killed?)")
             self._pump(0.25)
@@ -208,9 +239,10 @@ class _Forked:
         for fd in self._bufs:
             os.close(fd)
         self._bufs.clear()
-        if self._w >= 0:
-            os.close(self._w)
-            self._w = -1
+        for name in ("_w", "_r"):
+            if getattr(self, name) >= 0:
+                os.close(getattr(self, name))
+                setattr(self, name, -1)
         for pid in self._pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)  # done ones have exited already; this stops abandoned work
