@@ -19,22 +19,10 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
-from rich import box
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    MofNCompleteColumn,
-    Progress,
-    TaskProgressColumn,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-    TransferSpeedColumn,
-)
-from rich.table import Table
+if TYPE_CHECKING:  # rich is imported where it draws: plain progress lines (pipes, CI) do not need it
+    from rich.progress import Progress
 
 #: Plain-mode progress prints at most this often (seconds), plus the final line.
 PLAIN_EVERY_S = 2.0
@@ -69,6 +57,10 @@ def table(
     """`rows` under `head` as text. `right[i]` right-aligns column i (numbers); None cells print "—".
 
     `rich_look` None decides from stdout (a terminal → box table; otherwise a Markdown pipe table)."""
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
     look = fancy() if rich_look is None else rich_look
     t = Table(
         title=title if look else None,
@@ -127,6 +119,19 @@ class Bar:
         self._progress: Progress | None = None
         self._task: Any = None
         if live:
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                DownloadColumn,
+                MofNCompleteColumn,
+                Progress,
+                TaskProgressColumn,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+                TransferSpeedColumn,
+            )
+
             cols: list[Any] = [TextColumn("[bold]{task.description}"), BarColumn()]
             if unit == "bytes":
                 cols += [DownloadColumn(), TransferSpeedColumn()]

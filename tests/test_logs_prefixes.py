@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from profiler.logs import parse_log
-from profiler.logs.lines import HyperscanMatcher, PrefixLearner, ReMatcher, shape
+from profiler.logs.lines import MATCHERS, PrefixLearner, ReMatcher, shape
 from profiler.measurement import Measurement
 from tests.logstyles import COMPRESS, PREFIXES, fenced, prefixed
 
@@ -20,11 +20,6 @@ TEXT = {p.name: p.read_text(errors="replace") for p in LOGS}
 # Files without one complete sglang record: their prefix can only be learned from repetition, which covers
 # timestamp-like leads; a journald or CRI lead ("… python3[41234]: ", "… stdout F ") is learned from records.
 RECORDLESS = {n for n, t in TEXT.items() if not any(PrefixLearner().split(ln).hms for ln in t.splitlines())}
-
-try:
-    HYPERSCAN: ReMatcher | None = HyperscanMatcher()
-except ImportError:
-    HYPERSCAN = None
 
 
 def records(ms: list[Measurement]) -> list[dict[str, Any]]:
@@ -74,12 +69,16 @@ def test_prefix_and_compression_together(tmp_path: Path) -> None:
         assert records(parse_log(f)) == records(parse_log(p)), (style, codec, p.name)
 
 
-@pytest.mark.skipif(HYPERSCAN is None, reason="hyperscan not installed")
-def test_both_matchers_give_the_same_records() -> None:
+@pytest.mark.parametrize("kind", [k for k in MATCHERS if k != "re"])
+def test_every_matcher_gives_the_same_records(kind: str) -> None:
+    try:
+        fast = MATCHERS[kind]()
+    except ImportError:
+        pytest.skip(f"{kind}: its package is not installed")
     for p in LOGS:
-        assert records(parse_log(p, matcher=HYPERSCAN)) == records(parse_log(p, matcher=ReMatcher())), p.name
+        assert records(parse_log(p, matcher=fast)) == records(parse_log(p, matcher=ReMatcher())), p.name
         styled = prefixed(TEXT[p.name], "rfc3339").splitlines()
-        assert records(parse_log(styled, matcher=HYPERSCAN)) == records(parse_log(styled, matcher=ReMatcher()))
+        assert records(parse_log(styled, matcher=fast)) == records(parse_log(styled, matcher=ReMatcher()))
 
 
 # ---- issue 11's failures, one by one ---------------------------------------------------------------------

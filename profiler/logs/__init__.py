@@ -4,6 +4,7 @@
     parse_log(lines)                    # or an iterable of lines (str or bytes)
     read_log("x.log.gz")                # LogFile: the runs plus what the file held (for "no server run" lines)
     for m in iter_measurements(paths):  # many files (directories: their log files), lazily
+    read_ranges(path, scans)            # a plain file from `lines.scan_range` pieces (scanned on other cores)
 
 Modules: `inputs` (opening: compression, encodings, file discovery), `lines` (chunked scanning, prefixes),
 `patterns` (line formats), `failures` and `oom` (how runs end), `serverargs` and `launchcmd` (the args),
@@ -17,15 +18,27 @@ import os
 import re
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from profiler.errors import MemfracError
-from profiler.logs.build import LogBuilder
 from profiler.logs.inputs import LOG_SUFFIXES, content_kind, log_files, open_chunks, sniff
-from profiler.logs.lines import CHUNK_BYTES, LEARN_BYTES, LineScanner, ReMatcher, chunks_of_lines
-from profiler.measurement import Measurement
+from profiler.logs.lines import (
+    CHUNK_BYTES,
+    LEARN_BYTES,
+    LineScanner,
+    RangeReplay,
+    RangeScan,
+    ReMatcher,
+    Unsplittable,
+    chunks_of_lines,
+    scan_range,
+    split_ranges,
+)
 
-__all__ = ["LOG_SUFFIXES", "LogFile", "iter_measurements", "log_files", "parse_log", "read_log"]
+if TYPE_CHECKING:
+    from profiler.measurement import Measurement
+
+__all__ = ["LOG_SUFFIXES", "LogFile", "iter_measurements", "log_files", "parse_log", "read_log", "read_ranges"]
 
 _ANSI = re.compile(rb"\x1b\[[0-9;?]*[ -/]*[@-~]")
 
@@ -62,8 +75,11 @@ def read_log(
     chunk_bytes: int = CHUNK_BYTES,
     progress: Callable[[int], None] | None = None,
     matcher: ReMatcher | None = None,
+    range_bytes: int | None = None,
 ) -> LogFile:
-    """Read one log file (plain or compressed, chosen by its first bytes); `progress(n)`: file bytes read."""
+    """Read one log file (plain or compressed, chosen by its first bytes); `progress(n)`: file bytes read.
+    `range_bytes`: scan a plain file as byte ranges of about that size, one after another, and replay them (what
+    `memfrac ingest` does on several cores; the same records as one pass, tested)."""
     p = Path(path)
     if p.is_dir():
         raise MemfracError(f"{p}: is a directory; use iter_measurements for a folder of logs")
@@ -78,11 +94,53 @@ def read_log(
             if kind.endswith("(damaged)"):
                 list(open_chunks(p, chunk_bytes))  # raises the MemfracError that says what is wrong
             return LogFile(str(p), [], kind, size, 0)
-        chunks = open_chunks(p, chunk_bytes, progress)
-        runs, lines = _parse(chunks, name or p.name, str(p), matcher)
+        if range_bytes is not None and kind == "text":
+            spans = split_ranges(p, max(1, size // max(1, range_bytes)) + 1, min_bytes=1)
+            got = read_ranges(p, (scan_range(p, a, b, matcher) for a, b in spans), name=name, matcher=matcher)
+            if got is not None:
+                if progress is not None:
+                    progress(size)
+                return got
+        if kind == "text":  # read in place, line-aligned: no chunk copies
+            runs, lines = _parse_file(p, name or p.name, chunk_bytes, progress, matcher)
+        else:
+            runs, lines = _parse(open_chunks(p, chunk_bytes, progress), name or p.name, str(p), matcher)
         return LogFile(str(p), runs, kind, size, lines)
     except PermissionError as e:
         raise MemfracError(f"{p}: cannot read the log ({e.strerror})") from e
+
+
+def read_ranges(
+    path: str | os.PathLike[str],
+    scans: Iterable[RangeScan],
+    *,
+    name: str | None = None,
+    matcher: ReMatcher | None = None,
+) -> LogFile | None:
+    """A plain text file from the `scan_range` results of consecutive ranges covering it, in order (they may
+    still be arriving from other processes). None when a range could not be scanned on its own (a line longer
+    than a chunk): read the file whole instead."""
+    from profiler.logs.build import LogBuilder  # here, not at import: worker processes scan without it
+
+    p = Path(path)
+    with open(p, "rb") as f:
+        head = f.read(LEARN_BYTES)
+    replay = RangeReplay(p, matcher or ReMatcher())  # `re` checks one line at a time: nothing to compile
+    builder = LogBuilder(name or p.name, str(p), replay)  # type: ignore[arg-type]  # same follow/lines surface
+    builder.learn(_head_text(head))
+    line = builder.line
+    gc_was_on = gc.isenabled()
+    gc.disable()
+    try:
+        for lineno, text in replay.replay(scans):
+            line(lineno, text)
+        runs = builder.finish()
+    except Unsplittable:
+        return None
+    finally:
+        if gc_was_on:
+            gc.enable()
+    return LogFile(str(p), runs, "text", p.stat().st_size, replay.lines)
 
 
 def parse_log(
@@ -110,7 +168,7 @@ def iter_measurements(paths: Iterable[str | os.PathLike[str]]) -> Iterator[Measu
 
 
 def _head(chunks: Iterator[bytes]) -> tuple[list[bytes], str]:
-    """The first chunks up to LEARN_BYTES (kept, to be scanned) and that head as text, cut at a line end."""
+    """The first chunks up to LEARN_BYTES (kept, to be scanned) and that head as text."""
     kept: list[bytes] = []
     n = 0
     for c in chunks:
@@ -118,16 +176,23 @@ def _head(chunks: Iterator[bytes]) -> tuple[list[bytes], str]:
         n += len(c)
         if n >= LEARN_BYTES:
             break
-    head = b"".join(kept)[:LEARN_BYTES]
+    return kept, _head_text(b"".join(kept)[:LEARN_BYTES])
+
+
+def _head_text(head: bytes) -> str:
+    """A file's first LEARN_BYTES as text for prefix learning, cut at a line end."""
+    head = head[:LEARN_BYTES]
     head = head[: head.rfind(b"\n") + 1] if len(head) >= LEARN_BYTES else head
     if b"\x1b" in head:
         head = _ANSI.sub(b"", head)
-    return kept, head.decode("utf-8", "replace")
+    return head.decode("utf-8", "replace")
 
 
 def _parse(
     chunks: Iterable[bytes], file_name: str, origin: str, matcher: ReMatcher | None = None
 ) -> tuple[list[Measurement], int]:
+    from profiler.logs.build import LogBuilder
+
     it = iter(chunks)
     kept, head = _head(it)
     scanner = LineScanner(matcher)
@@ -145,6 +210,28 @@ def _parse(
     gc.disable()
     try:
         for lineno, text in scanner.scan(all_chunks()):
+            line(lineno, text)
+        return builder.finish(), scanner.lines
+    finally:
+        if gc_was_on:
+            gc.enable()
+
+
+def _parse_file(
+    p: Path, file_name: str, chunk_bytes: int, progress: Callable[[int], None] | None, matcher: ReMatcher | None
+) -> tuple[list[Measurement], int]:
+    from profiler.logs.build import LogBuilder
+
+    with open(p, "rb") as f:
+        head = f.read(LEARN_BYTES)
+    scanner = LineScanner(matcher)
+    builder = LogBuilder(file_name, str(p), scanner)
+    builder.learn(_head_text(head))
+    line = builder.line
+    gc_was_on = gc.isenabled()
+    gc.disable()  # see _parse
+    try:
+        for lineno, text in scanner.scan_file(p, chunk_bytes, progress):
             line(lineno, text)
         return builder.finish(), scanner.lines
     finally:

@@ -883,9 +883,9 @@ def _memory_back(rs: _RankState, ev: Event) -> str:
 
 
 def _merge_quoted(runs: list[_Run]) -> list[_Run]:
-    """A quoted excerpt — lines without timestamps or rank tags, no command, no server_args — followed by a
-    run that is only a launch command: one run, the command that produced the quoted lines (issue posts quote
-    the log, then the command they ran). Said in the notes."""
+    """A quoted excerpt — lines without timestamps or rank tags, no command, no server_args, no failure — followed
+    by a run that is only a launch command: one run, the command that produced the quoted lines (issue posts
+    quote the log, then the command they ran). Said in the notes. After a failure, a command is a new attempt."""
     out: list[_Run] = []
     for run in runs:
         prev = out[-1] if out else None
@@ -898,7 +898,9 @@ def _merge_quoted(runs: list[_Run]) -> list[_Run]:
             and not run.has_phases()
             and set(prev.ranks) <= {""}
             and not _timed(prev)
-        ):
+            and prev.floating is None
+            and not any(rs.fs is not None for rs in prev.ranks.values())  # a failed run ends there: the command
+        ):  # after it starts another attempt (issue 11: runs never merge across attempts)
             prev.cmd = run.cmd
             prev.last_line = max(prev.last_line or 0, run.last_line or 0)
             prev.m.notes.append(
