@@ -109,6 +109,8 @@ def gate(
         for key, run in json.loads(man_path.read_text()).get("runs", {}).items():
             if run.get("status") == "error":
                 checks.append(Check(key, "run", False, f"could not run: {str(run.get('error'))[:300]}"))
+            elif run.get("status") == "not_started":  # a nightly run that measured nothing must not pass
+                checks.append(Check(key, "run", False, f"not started: {str(run.get('reason'))[:300]}"))
     for scen, g in df.groupby("scenario", sort=True):
         first = g.iloc[0]
         host = first["memory_kind"] != "gpu"

@@ -139,3 +139,15 @@ def test_pytest_plugin(tmp_path, measured, rc):
         assert "llama-decode · term decode_graph: under-reserved" in p.stdout
     else:
         assert "passed" in p.stdout
+
+
+def test_a_run_that_never_started_fails_the_gate(tmp_path) -> None:
+    """A nightly sweep whose GPUs stayed busy records the run as not started (executors.py): it measured
+    nothing, so the gate must not pass it."""
+    st = Store(tmp_path / "R")
+    st.init()
+    st.add([_run("ok-run", 400.0)], run_key="ok-run")
+    st.add([], run_key="busy", status="not_started", extra={"reason": "waited 600 s for 1 free GPU: GPU 0 busy"})
+    checks = gate(tmp_path / "R")
+    bad = [c for c in checks if not c.passed]
+    assert [(c.scenario, c.name) for c in bad] == [("busy", "run")] and "waited 600 s" in bad[0].message
