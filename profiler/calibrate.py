@@ -866,6 +866,11 @@ _NO_PHASE = {
     "speculative": "no phase spends this term alone",
     "xpu": "no phase spends this term alone",
     "vlm_scaling": "multiplies the fraction; no phase spends it",
+    **{
+        name: "a part of the pre-0.5.3 fraction formulas (a table by TP size, a reserve by GPU band): no "
+        "constant of memory_hook.py to fit; those releases' reserve is judged as a whole"
+        for name in ("fraction_table", "band_base", "big_gpu", "dp_attention")
+    },
 }
 
 
@@ -1012,11 +1017,18 @@ def render_text(c: Calibration) -> str:
             ev = [_evidence_row(t, o, r) for o, r in zip(t.observations, t.residuals, strict=True)]
             head = ["run", "model", "x", "measured", "today", "fitted", "residual", "LOO residual", "LOMO residual"]
             lines.append(ui.table(head, ev, right=[False, False, *([True] * 7)]))
-            if t.groups:
-                g = [[x.dimension, x.group, x.runs, f"{x.value:.4g}"] for x in t.groups]
-                unit = f"MiB/{t.unit}" if t.unit else "MiB"
-                title = f"{_label(t)} fitted per group (≥ {MIN_GROUP_RUNS} runs a group)"
-                lines.append(ui.table(["by", "group", "runs", unit], g, right=[False, False, True, True], title=title))
+            unit = f"MiB/{t.unit}" if t.unit else "MiB"
+            grouped = {d for d, _ in _DIMENSIONS}
+            for rows, title in (
+                ([x for x in t.groups if x.dimension in grouped],
+                 f"{_label(t)} fitted per group (≥ {MIN_GROUP_RUNS} runs a group)"),
+                ([x for x in t.groups if x.dimension not in grouped],
+                 f"{_label(t)} per model or hidden size: the spread of the runs' ratios (any number of runs)"),
+            ):  # fmt: skip
+                if rows:
+                    g = [[x.dimension, x.group, x.runs, f"{x.value:.4g}"] for x in rows]
+                    lines.append(ui.table(["by", "group", "runs", unit], g, right=[False, False, True, True],
+                                          title=title))  # fmt: skip
             lines += [f"  note: {n}" for n in t.notes]
         if t.excluded:
             lines += ["", f"{_label(t)}: {len(t.excluded)} run(s) excluded from the fit:"]
