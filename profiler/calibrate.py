@@ -135,6 +135,7 @@ class Obs:
     family: str = ""  # model family (architecture without its head suffix)
     attention: str = ""  # attention backend, when the results record it
     a2a: str = ""  # moe_a2a_backend
+    rules: str = ""  # the rule set (or range, "0.5.9 … 0.5.12 (3 rule sets)") today's reserve was computed with
 
 
 @dataclass(frozen=True, slots=True)
@@ -440,6 +441,7 @@ def _obs(row: pd.Series, x: float, measured: float | None = None, unit_floor: fl
         family=family(row),
         attention=as_text(row.get("attention_backend")),
         a2a=as_text(row.get("moe_a2a_backend")),
+        rules=as_text(row.get("rules")),
     )
 
 
