@@ -144,7 +144,6 @@ def test_patch_refuses_a_term_the_target_computes_otherwise(results: Path, tmp_p
     with pytest.raises(MemfracError, match=match) as e:
         make_patch(cal, version="0.4.10")
     assert "decode_graph: the sglang 0.4.9.post3 rules have no such term" in str(e.value)
-    assert "from profiler.heuristic.rules" not in str(e.value)
 
 
 def test_patch_refuses_without_a_justified_constant(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
