@@ -135,6 +135,7 @@ class Obs:
     family: str = ""  # model family (architecture without its head suffix)
     attention: str = ""  # attention backend, when the results record it
     a2a: str = ""  # moe_a2a_backend
+    rules: str = ""  # the rule set (or range, "0.5.9 … 0.5.12 (3 rule sets)") today's reserve was computed with
 
 
 @dataclass(frozen=True, slots=True)
@@ -440,6 +441,7 @@ def _obs(row: pd.Series, x: float, measured: float | None = None, unit_floor: fl
         family=family(row),
         attention=as_text(row.get("attention_backend")),
         a2a=as_text(row.get("moe_a2a_backend")),
+        rules=as_text(row.get("rules")),
     )
 
 
@@ -866,6 +868,11 @@ _NO_PHASE = {
     "speculative": "no phase spends this term alone",
     "xpu": "no phase spends this term alone",
     "vlm_scaling": "multiplies the fraction; no phase spends it",
+    **{
+        name: "a part of the pre-0.5.3 fraction formulas (a table by TP size, a reserve by GPU band): no "
+        "constant of memory_hook.py to fit; those releases' reserve is judged as a whole"
+        for name in ("fraction_table", "band_base", "big_gpu", "dp_attention")
+    },
 }
 
 
@@ -1012,11 +1019,18 @@ def render_text(c: Calibration) -> str:
             ev = [_evidence_row(t, o, r) for o, r in zip(t.observations, t.residuals, strict=True)]
             head = ["run", "model", "x", "measured", "today", "fitted", "residual", "LOO residual", "LOMO residual"]
             lines.append(ui.table(head, ev, right=[False, False, *([True] * 7)]))
-            if t.groups:
-                g = [[x.dimension, x.group, x.runs, f"{x.value:.4g}"] for x in t.groups]
-                unit = f"MiB/{t.unit}" if t.unit else "MiB"
-                title = f"{_label(t)} fitted per group (≥ {MIN_GROUP_RUNS} runs a group)"
-                lines.append(ui.table(["by", "group", "runs", unit], g, right=[False, False, True, True], title=title))
+            unit = f"MiB/{t.unit}" if t.unit else "MiB"
+            grouped = {d for d, _ in _DIMENSIONS}
+            for rows, title in (
+                ([x for x in t.groups if x.dimension in grouped],
+                 f"{_label(t)} fitted per group (≥ {MIN_GROUP_RUNS} runs a group)"),
+                ([x for x in t.groups if x.dimension not in grouped],
+                 f"{_label(t)} per model or hidden size: the spread of the runs' ratios (any number of runs)"),
+            ):  # fmt: skip
+                if rows:
+                    g = [[x.dimension, x.group, x.runs, f"{x.value:.4g}"] for x in rows]
+                    lines.append(ui.table(["by", "group", "runs", unit], g, right=[False, False, True, True],
+                                          title=title))  # fmt: skip
             lines += [f"  note: {n}" for n in t.notes]
         if t.excluded:
             lines += ["", f"{_label(t)}: {len(t.excluded)} run(s) excluded from the fit:"]

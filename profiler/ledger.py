@@ -200,6 +200,13 @@ def _window_name(p: Phase) -> str:
     return f"{p.name} [{p.role}]"
 
 
+def _what(p: Phase) -> str:
+    """A window as a source names it: an all-to-all buffer with its backend (every backend's buffer is charged
+    to the deepep_a2a line, sglang's only all-to-all term, so the source must say whose buffer it was)."""
+    backend = p.details.get("backend") if p.name == "a2a_buffer" else None
+    return f"{p.name} ({backend})" if backend else p.name
+
+
 def _line_of(p: Phase) -> str:
     line = PHASE_LINE.get(p.name, "unattributed")
     if p.role == "draft" and line not in ("weights", "kv_pool"):
@@ -443,10 +450,10 @@ def _charge_window(w: _Walk, rank: Rank, p: Phase, host: bool, *, split: bool) -
         if cb is None or ca is None:
             continue
         cn = cb - ca
-        kids.append(c.name)
+        kids.append(_what(c))
         kids_net += cn
         kids_reserved += (c.delta.reserved_mib if c.delta is not None else None) or 0.0
-        w.charge(_line_of(c), _window_name(c), cn, cn, chow, f"{c.name} window Δ ({layer}), inside {p.name}")
+        w.charge(_line_of(c), _window_name(c), cn, cn, chow, f"{_what(c)} window Δ ({layer}), inside {p.name}")
     own = own_usage(net, kids_net)
     peak, peak_how = _peak_above(p, host, b - a)
     peak_own = max(own, peak - kids_net)
@@ -462,7 +469,7 @@ def _charge_window(w: _Walk, rank: Rank, p: Phase, host: bool, *, split: bool) -
         w.charge("parallel", name, nontorch, nontorch, "implied",
                  f"{p.name}: non-torch growth (driver Δ − torch reserved Δ){minus}")  # fmt: skip
     else:
-        src = f"{p.name}: " + ("mem usage as printed" if printed else f"window Δ ({layer})") + minus
+        src = f"{_what(p)}: " + ("mem usage as printed" if printed else f"window Δ ({layer})") + minus
         if p.source == "log" and _level(p.before, host) is None and not printed:
             src += ", from the previous reading"
         unfinished = p.after is None or bool(p.details.get("in_flight"))

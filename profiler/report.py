@@ -41,7 +41,7 @@ from profiler.calibrate import (
 )
 from profiler.deepep import HEURISTIC_RESERVE_BYTES, MIB
 from profiler.errors import MemfracError
-from profiler.store import load_ladder, load_ledger, load_results
+from profiler.store import Store, load_ladder, load_ledger, load_results
 from profiler.verdict import TIGHT_MIB
 
 DPI = 100
@@ -648,9 +648,28 @@ _TERM_WORDS = (
 )
 
 
-def summary_section(df: pd.DataFrame, t: pd.DataFrame) -> Section:
-    """What a reader needs first: how the runs ended, KV paid for and never used, terms that were too small."""
+def unmeasured_runs(manifest: dict[str, Any]) -> pd.DataFrame:
+    """Runs the sweep recorded in manifest.json that left no measurement (not started, or the executor failed):
+    they have no row in results.parquet, and a report that left them out would read as a complete sweep."""
+    rows = [
+        {"run": str(key), "status": str(run.get("status")),
+         "why": (as_text(run.get("reason") or run.get("error")) or "no reason recorded")[:300]}
+        for key, run in sorted(manifest.get("runs", {}).items())
+        if run.get("status") in ("not_started", "error") and not run.get("ids")
+    ]  # fmt: skip
+    return pd.DataFrame(rows, columns=["run", "status", "why"])
+
+
+def summary_section(df: pd.DataFrame, t: pd.DataFrame, missing: pd.DataFrame | None = None) -> Section:
+    """What a reader needs first: how the runs ended, KV paid for and never used, terms that were too small,
+    and the runs that measured nothing."""
     s = Section("Summary")
+    if missing is not None and len(missing):
+        s.blocks += [
+            Para(f"Runs that measured nothing ({len(missing)}; recorded in manifest.json, absent from every table "
+                 "below; `memfrac sweep --resume` starts them again):"),
+            Table(missing, "summary-unmeasured"),
+        ]  # fmt: skip
     if not len(t):
         s.blocks.append(Note("No runs in these results."))
         return s
@@ -955,7 +974,7 @@ def build(results_dir: Path, out: Path, models_dir: Path | None = None) -> list[
     env = json.loads(env_path.read_text()) if env_path.exists() else None
     t = totals(df)
     return [
-        summary_section(df, t),
+        summary_section(df, t, unmeasured_runs(Store(results_dir).manifest())),
         intro(df, t, env),
         runs_section(t),
         ledger_section(load_ledger(results_dir), out),

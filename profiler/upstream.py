@@ -30,7 +30,9 @@ and whether the patch carries the constant (and why not).
 `memfrac calibrate R --emit-patch FILE` writes a unified diff (difflib) against the installed sglang's
 `sglang/srt/arg_groups/memory_hook.py` (paths `a/sglang/...`, apply with `patch -p1` in site-packages, or
 `-p1 --directory=python` in a sglang checkout), replacing each constant the evidence justifies with a comment
-citing it. It refuses when the installed sglang is not the release the results were sized with.
+citing it. Runs sized by another release's rules count for a term that release computes exactly as the
+installed one does (`term_formula`: the decode graph has been 2 MiB × max_bs since 0.5.3); a term whose
+formula differs is left as it is, with the reason.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ import difflib
 import importlib.util
 import json
 import math
+import re
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -46,6 +49,7 @@ from typing import Any
 
 from profiler.calibrate import SPECS, Calibration, HeldOut, TermResult, finite
 from profiler.errors import MemfracError
+from profiler.heuristic.rules import RULE_SETS, RuleSet
 
 SCHEMA_VERSION = 1
 #: A constant goes into the patch only when at least this many runs, from two worker starts, support it.
@@ -137,6 +141,7 @@ def evidence(t: TermResult) -> dict[str, Any]:
         "groups": [{"by": g.dimension, "group": g.group, "runs": g.runs, "value": g.value} for g in t.groups],
         "excluded": [{"run_id": e.run_id, "why": e.why} for e in t.excluded],
         "notes": list(t.notes),
+        "sized_by": sorted({o.rules for o in t.observations}),
         "patch": refusal is None,
         "patch_note": refusal or "carried by --emit-patch",
     }  # fmt: skip
@@ -254,18 +259,25 @@ def _new_line(t: TermResult) -> str:
     }[t.key]
 
 
-def _comment(t: TermResult, c: Calibration) -> list[str]:
+def _comment(t: TermResult, c: Calibration, target: RuleSet) -> list[str]:
     lo = f"LOO {len(t.loo.under)}/{t.loo.tested} under" if t.loo else "no LOO"
     lomo = f"LOMO {len(t.lomo.under)}/{t.lomo.tested} under" if t.lomo else "one model (no LOMO)"
     res = f"{min(t.residuals):+.0f}…{max(t.residuals):+.0f}" if t.residuals else "—"
     q = "max" if c.quantile == 1.0 else f"{c.quantile:g}-quantile"
     today = SPECS[t.key].today
+    labels = {o.rules for o in t.observations} - {target.name}
+    sized = [n for n in RULE_SETS if any(rs.name == n and term_formula(rs, t.key) for lb in labels
+                                         for rs in rule_sets_of(lb))]  # fmt: skip
+    span = sized[0] if len(sized) == 1 else f"{sized[0]} … {sized[-1]}" if sized else ""
     return [
         f"memfrac calibrate ({q} of {t.runs} runs, {len(t.models)} model(s), {t.starts} worker start(s); "
         f"was {today:g}):",
         f"  {t.formula}; fitted − measured {res} MiB; {lo}; {lomo}.",
     ] + ([f"  {len(t.excluded)} run(s) excluded (defaulted/unknown inputs, estimates, host memory)."]
-         if t.excluded else [])  # fmt: skip
+         if t.excluded else []) + (
+        [f"  Runs sized by the sglang {span} rules ({len(labels)} label(s)): each computes the term as",
+         f"  {target.name} does, {term_formula(target, t.key)}."]
+        if sized else [])  # fmt: skip
 
 
 def installed_hook(sglang_dir: Path | None = None) -> tuple[str, Path]:
@@ -306,20 +318,69 @@ class Patch:
     hook: Path
 
 
+def term_formula(rs: RuleSet, key: str) -> str | None:
+    """How a rule set computes one fit's term, in words (None: the rule set has no such term). Two rule sets
+    with the same words compute the term from the same x with the same constant, so a constant fitted on runs
+    sized by one carries to the other's memory_hook.py; `model.py` (`_terms`) is where each is spelled out."""
+    if rs.formula != "terms":
+        return None  # pre-0.5.3rc2: a fraction table or a reserve by GPU band, not a sum of terms
+    buckets = rs.pcg_term == "buckets"
+    tokens = "decode nodes: running requests × draft tokens" if rs.role_aware else "chunked prefill size"
+    return {
+        "constant": "512 MiB",
+        "activation": f"1.5 MiB × tokens ({tokens})",
+        "parallel": "tp·pp / 8 GiB",
+        "decode_graph": "2 MiB × decode max_bs",
+        "prefill_graph": "8 MiB × prefill buckets" if buckets else None,
+        "prefill_graph_mla": "1.5 GiB flat (MLA)" if buckets and rs.pcg_mla_flat else None,
+        "floor_topup": "max(terms, 10 GiB) on GPUs > 60 GiB",
+        "deepep_a2a": f"{rs.deepep_a2a_mib:g} MiB (DeepEP, after the floor)" if rs.deepep_a2a_mib else None,
+    }[key]
+
+
+def rule_sets_of(label: str) -> list[RuleSet]:
+    """The rule sets a results row's `rules` names: one ("0.5.9"), or a range ("0.5.3 … 0.5.8 (6 rule sets)",
+    every rule set between its ends); empty when the label names none ("none", "")."""
+    names = list(RULE_SETS)
+    m = re.match(r"^(\S+) … (\S+) \(\d+ rule sets\)", label)
+    if m and m[1] in RULE_SETS and m[2] in RULE_SETS:
+        return [RULE_SETS[n] for n in names[names.index(m[1]) : names.index(m[2]) + 1]]
+    return [RULE_SETS[label]] if label in RULE_SETS else []
+
+
+def carry_refusal(t: TermResult, target: RuleSet) -> str | None:
+    """Why a fitted constant does not carry to `target`'s memory_hook.py (None: every rule set its runs were
+    sized with computes the term as `target` does, so the fitted constant means the same there)."""
+    want = term_formula(target, t.key)
+    if want is None:
+        return f"the sglang {target.name} rules have no such term"
+    for label in sorted({o.rules for o in t.observations}):
+        sets = rule_sets_of(label)
+        if not sets:
+            return f"runs sized by unknown rules ({label or 'not recorded'})"
+        found = {f for f in (term_formula(rs, t.key) for rs in sets) if f is not None}
+        if not found:
+            return f"runs sized by the {label} rules, which have no such term"
+        other = sorted(found - {want})
+        if other:
+            return f"runs sized by the {label} rules, whose term is {other[0]}, not {want} as in {target.name}"
+    return None
+
+
 def make_patch(c: Calibration, sglang_dir: Path | None = None, version: str | None = None) -> Patch:
-    """The unified diff of memory_hook.py with every justified constant replaced (and cited)."""
+    """The unified diff of the installed memory_hook.py with every justified constant replaced (and cited).
+
+    Runs sized by other rules than the installed release's still count for a term that those rules compute
+    exactly as the installed release does (`carry_refusal`): sglang's decode-graph term has been 2 MiB × max_bs
+    since 0.5.3, so a per-bs constant fitted on 0.5.9 logs is a per-bs constant of 0.5.23's memory_hook.py.
+    """
     from profiler.heuristic import rules_for
 
     installed, hook = installed_hook(sglang_dir)
     installed = version if version is not None else installed
     if not installed:
         raise MemfracError("--emit-patch: the installed sglang's version is unknown; cannot check the release")
-    got = rules_for(installed).name
-    if got != c.rules:
-        raise MemfracError(
-            f"--emit-patch: these results were sized with the sglang {c.rules} rules but the installed sglang is "
-            f"{installed} ({got} rules); install sglang=={c.rules} to patch the release it was fitted for"
-        )
+    target = rules_for(installed)
     text = hook.read_text()
     lines = text.splitlines(keepends=True)
     new = list(lines)
@@ -328,7 +389,7 @@ def make_patch(c: Calibration, sglang_dir: Path | None = None, version: str | No
     inserts: list[tuple[int, list[str]]] = []
     for e in EDITS:
         t = by_key.get(e.key)
-        why = "not fitted" if t is None else patch_refusal(t)
+        why = "not fitted" if t is None else patch_refusal(t) or carry_refusal(t, target)
         if why is None and t is not None:
             i = _find(lines, e)
             if i is None:
@@ -342,7 +403,7 @@ def make_patch(c: Calibration, sglang_dir: Path | None = None, version: str | No
                 continue
             indent = lines[i][: len(lines[i]) - len(lines[i].lstrip())]
             new[i] = f"{indent}{line}\n"
-            inserts.append((i, [f"{indent}# {x}\n" for x in _comment(t, c)]))
+            inserts.append((i, [f"{indent}# {x}\n" for x in _comment(t, c, target)]))
             replaced.append(e.key)
         else:
             left.append((e.key, why or "not fitted"))
@@ -350,7 +411,10 @@ def make_patch(c: Calibration, sglang_dir: Path | None = None, version: str | No
         new[i:i] = block
     if not replaced:
         why = "; ".join(f"{k}: {w}" for k, w in left)
-        raise MemfracError(f"--emit-patch: no constant is justified by these results ({why})")
+        raise MemfracError(
+            f"--emit-patch: no constant is justified by these results for the installed sglang {installed}'s "
+            f"memory_hook.py ({why})"
+        )
     diff = "".join(difflib.unified_diff(lines, new, f"a/{HOOK_PATH}", f"b/{HOOK_PATH}"))
     return Patch(diff, tuple(replaced), tuple(left), installed, hook)
 

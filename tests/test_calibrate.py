@@ -199,16 +199,30 @@ def test_groups_need_the_minimum_count(tmp_path: Path) -> None:
     # Llama: 3 runs at 2, 3, 4 MiB/bs (bs 100) → 4; Qwen3: 3 runs at 6, 6, 7 → 7; DeepseekV3: 1 run (too few)
     rows = []
     for i, m in enumerate((200.0, 300.0, 400.0)):
-        rows += run_rows(f"l{i}", {"decode_graph": (200.0, m, "under")}, architecture="LlamaForCausalLM")
+        rows += run_rows(f"l{i}", {"decode_graph": (200.0, m, "under")}, architecture="LlamaForCausalLM",
+                         model="org/llama")  # fmt: skip
     for i, m in enumerate((600.0, 600.0, 700.0)):
-        rows += run_rows(f"q{i}", {"decode_graph": (200.0, m, "under")}, architecture="Qwen3ForCausalLM")
-    rows += run_rows("d0", {"decode_graph": (200.0, 900.0, "under")}, architecture="DeepseekV3ForCausalLM")
-    t = term(calibrate([str(write_frame(tmp_path / "res", rows))]), "decode_graph")
+        rows += run_rows(f"q{i}", {"decode_graph": (200.0, m, "under")}, architecture="Qwen3ForCausalLM",
+                         model="org/qwen3")  # fmt: skip
+    rows += run_rows("d0", {"decode_graph": (200.0, 900.0, "under")}, architecture="DeepseekV3ForCausalLM",
+                     model="org/dsv3")  # fmt: skip
+    c = calibrate([str(write_frame(tmp_path / "res", rows))])
+    t = term(c, "decode_graph")
     fam = [(g.group, g.runs, g.value) for g in t.groups if g.dimension == "model family"]
     assert fam == [("Llama", 3, 4.0), ("Qwen3", 3, 7.0)]
     assert t.fit.slope == 9.0  # pooled: every run, DeepseekV3 included
     # one a2a backend only (all null): no a2a grouping
     assert not [g for g in t.groups if g.dimension == "a2a backend"]
+    # printed: the groups under the minimum's title, the one-run model only in the spread's table
+    text = render_text(c)
+    grouped = text.split("fitted per group (≥ 3 runs a group)", 1)[1].split("\n\n", 1)[0]
+    assert "Llama" in grouped and "Deepseek" not in grouped
+    spread = text.split("the spread of the runs' ratios (any number of runs)", 1)[1].split("\n\n", 1)[0]
+    cells = [[c.strip() for c in ln.split("|")[2:5]] for ln in spread.splitlines() if "| model" in ln]
+    # each model's largest ratio, the one-run model too: 900/100, 400/100, 700/100
+    assert cells == [["dsv3", "1", "9"], ["llama", "3", "4"], ["qwen3", "3", "7"]]
+    # the parts of the pre-0.5.3 formulas are not "unobservable": memory_hook.py has no constant for them
+    assert "  band_base: a part of the pre-0.5.3 fraction formulas" in text
 
 
 # ------------------------------------------------------------------------------ the other terms

@@ -102,6 +102,10 @@ def test_deepep_buffer_inside_the_decode_capture_is_charged_once(traces):
     # 6,359 − 20 − 30 = 6,309 at the serving baseline; − 2,300 = 4,009
     assert lines["headroom"] == 4009.0
     assert L.residual_mib == 0.0
+    # the source names whose buffer it was (every backend's is charged to the one all-to-all term)
+    assert [x.source for x in L.lines if x.name == "deepep_a2a"] == [
+        "a2a_buffer (deepep) window Δ (driver), inside decode_graph"
+    ]
 
 
 def test_prefill_node(traces):

@@ -16,7 +16,7 @@ from profiler.errors import MemfracError
 from profiler.ingest import run_ingest
 from profiler.logs import iter_measurements
 from profiler.report import DPI, MAX_HEIGHT_IN, SEVERITY, WIDTH_IN, run_report, write_report
-from profiler.store import RunContext, load_results
+from profiler.store import RunContext, Store, load_results
 from tests.conftest import FIXTURES
 from tests.fixtures.results.handmade import store_run, write_frame, write_ledger
 
@@ -266,3 +266,33 @@ def test_missing_or_bare_directory(tmp_path: Path) -> None:
     (tmp_path / "bare").mkdir()
     with pytest.raises(MemfracError, match=r"no results\.parquet"):
         write_report(tmp_path / "bare")
+
+
+def test_runs_that_measured_nothing(tmp_path: Path) -> None:
+    """A sweep's runs that never started or could not run have no results row; the summary lists them from
+    manifest.json (as sweep.record writes them), and a run that did measure is not listed."""
+    res = probe_results(tmp_path / "res")
+    store = Store(res)
+    store.add([], run_key="qwen-tp2", status="not_started", extra={"reason": "waited 600 s for GPU 1: busy"})
+    store.add([], run_key="dsv3-ep8", status="error", extra={"error": "ray: node lost"})
+    write_report(res, html_out=True)
+    md = (res / "report.md").read_text()
+    summary = md.split("## Summary", 1)[1].split("\n## ", 1)[0]
+    assert "Runs that measured nothing (2;" in summary
+    rows = md_table_after(md, "## Summary")
+    assert rows[0] == ["run", "status", "why"]
+    assert rows[2:] == [
+        ["dsv3-ep8", "error", "ray: node lost"],
+        ["qwen-tp2", "not_started", "waited 600 s for GPU 1: busy"],
+    ]
+    assert 'id="summary-unmeasured"' in (res / "report.html").read_text()
+
+
+def test_unmeasured_only(tmp_path: Path) -> None:
+    """Every run of a sweep failed to start: the report says which and why, not only 'No runs'."""
+    res = write_frame(tmp_path / "none", [])
+    Store(res).add([], run_key="only", status="not_started", extra={})
+    write_report(res, models_dir=tmp_path / "no-models")
+    md = (res / "report.md").read_text()
+    assert "Runs that measured nothing (1;" in md and "No runs in these results." in md
+    assert md_table_after(md, "## Summary")[2] == ["only", "not_started", "no reason recorded"]

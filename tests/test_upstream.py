@@ -97,10 +97,53 @@ def test_patch_applies_to_the_installed_memory_hook(results: Path, tmp_path: Pat
     assert len(lines) == len(old) + 4  # two comment lines per replaced constant
 
 
-def test_patch_refuses_another_release(results: Path) -> None:
+def _old_release_results(root: Path) -> Path:
+    """Runs sized by older rules, as ingested logs are: decode 3 and 5 MiB/bs (→ 5) under 0.5.9 and a range of
+    0.5.3 … 0.5.8 rule sets — every terms-era rule computes the decode graph as 2 MiB × max_bs, as 0.5.23 does;
+    activation under 0.5.14, whose tokens are the chunk size even on a decode node (0.5.23: running requests ×
+    draft tokens since PR #29615), measured above the reserve (1.0 MiB/token, raising it: nothing stops it but
+    the rules)."""
+    rows = []
+    for run_id, model, rules, (dr, dm), (ar, am) in (
+        ("o1", "a/A", "0.5.9", (512.0, 768.0), (12288.0, 8192.0)),
+        ("o2", "b/B", "0.5.3 … 0.5.8 (6 rule sets)", (320.0, 800.0), (6144.0, 4096.0)),
+    ):
+        terms = {"decode_graph": (dr, dm, "under"), "activation": (ar, am, "under")}
+        rows += run_rows(run_id, terms, model=model, group=run_id, rules=rules, mode="decode",
+                         architecture="LlamaForCausalLM")  # fmt: skip
+    for r in rows:
+        if r["term"] == "activation":
+            r["rules"] = "0.5.14"
+    return write_frame(root, rows)
+
+
+def test_patch_carries_a_term_computed_the_same_way(tmp_path: Path) -> None:
+    """Results sized by 0.5.9 and 0.5.3 … 0.5.8 rules patch 0.5.23's memory_hook.py where the term is the same
+    (decode: 2 MiB × max_bs in all of them) and leave it where it is not (activation's tokens changed)."""
+    cal = calibrate([str(_old_release_results(tmp_path / "res"))])
+    p = make_patch(cal, version="0.5.23")
+    assert p.replaced == ("decode_graph",)
+    left = dict(p.left)
+    assert left["activation"] == (
+        "runs sized by the 0.5.14 rules, whose term is 1.5 MiB × tokens (chunked prefill size), not 1.5 MiB × "
+        "tokens (decode nodes: running requests × draft tokens) as in 0.5.23"
+    )
+    # 768 / 256 = 3, 800 / 160 = 5 MiB/bs → 5; the comment names the rules the runs were sized with
+    assert "+        reserved_mem += decode_cuda_graph_config.max_bs * 5\n" in p.diff
+    assert ("+        #   Runs sized by the sglang 0.5.3 … 0.5.9 rules (2 label(s)): each computes the term as\n"
+            "+        #   0.5.23 does, 2 MiB × decode max_bs.\n") in p.diff  # fmt: skip
+    patch = tmp_path / "m.patch"
+    patch.write_text(p.diff)
+    _apply(patch, tmp_path)
+
+
+def test_patch_refuses_a_term_the_target_computes_otherwise(results: Path, tmp_path: Path) -> None:
+    """The hand-made 0.5.23 results against a pre-0.5.3 release (a fraction table, no terms): nothing carries."""
     cal = calibrate([str(results)])
-    with pytest.raises(MemfracError, match=r"sglang 0\.5\.23 rules but the installed sglang is 0\.5\.14"):
-        make_patch(cal, version="0.5.14")
+    match = r"no constant is justified by these results for the installed sglang 0\.4\.10's"
+    with pytest.raises(MemfracError, match=match) as e:
+        make_patch(cal, version="0.4.10")
+    assert "decode_graph: the sglang 0.4.9.post3 rules have no such term" in str(e.value)
 
 
 def test_patch_refuses_without_a_justified_constant(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -169,17 +212,25 @@ def test_bad_calibration_files(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert "no such file" in capsys.readouterr().err
 
 
-def test_patch_from_the_bundled_real_logs_is_refused_for_another_release(tmp_path: Path, capsys) -> None:
-    """The bundled real logs were written by sglang 0.4.x … 0.5.2x; their reserves are sized with each log's own
-    release's rules (mostly 0.5.9's). A memory_hook.py patch is for the release it was fitted for: with the
-    installed 0.5.23 it is refused, naming both, and calibration.json is still written."""
+def test_patch_from_the_bundled_real_logs(tmp_path: Path, capsys) -> None:
+    """The bundled real logs were written by sglang 0.4.x … 0.5.2x and are sized with each log's own release's
+    rules (0.5.9, or a range such as 0.4.7 … 0.5.13). The decode-graph term is 2 MiB × max_bs in every rule set
+    since 0.5.3, 0.5.23 included, so its fitted constant patches the installed 0.5.23 memory_hook.py: the max
+    ratio is 71.68 MiB (a log's 0.07 GB) over decode max_bs 4 = 17.92 MiB/bs. calibration.json is written too."""
     from profiler.ingest import run_ingest
     from tests.conftest import FIXTURES
 
     res = tmp_path / "logs"
     run_ingest([str(FIXTURES / "logs")], out=str(res), echo=lambda s: None, warn=lambda s: None)
     patch, cal = tmp_path / "p.patch", tmp_path / "c.json"
-    assert main(["calibrate", str(res), "--out", str(cal), "--emit-patch", str(patch)]) == 2
-    err = capsys.readouterr().err
-    assert "--emit-patch: these results were sized with the sglang 0.5.9 rules" in err and "0.5.23" in err
-    assert json.loads(cal.read_text())["rules"] == "0.5.9" and not patch.exists()
+    assert main(["calibrate", str(res), "--out", str(cal), "--emit-patch", str(patch)]) == 0
+    said = capsys.readouterr().out
+    assert "patch replaces: decode_graph" in said
+    d = json.loads(cal.read_text())
+    assert d["rules"] == "0.5.9" and d["terms"]["decode_graph"]["params"] == {"mib_per_bs": 17.92}
+    assert "0.5.9" in d["terms"]["decode_graph"]["evidence"]["decode_graph"]["sized_by"]
+    lines = _apply(patch, tmp_path).read_text().splitlines()
+    j = lines.index("        reserved_mem += decode_cuda_graph_config.max_bs * 17.92")
+    # the terms-era rule sets among the logs' candidates: 0.5.3 (from the 0.4.7 … 0.5.13 ranges) to 0.5.13
+    assert lines[j - 2].startswith("        #   Runs sized by the sglang 0.5.3 … 0.5.13 rules (5 label(s)): each ")
+    assert lines[j - 1] == "        #   0.5.23 does, 2 MiB × decode max_bs."
