@@ -82,7 +82,7 @@ class Comparison:
     used_after_kv_mib: float | None  # free after the KV pool − the lowest free after it
     headroom_startup_mib: float | None  # free at the end of startup
     headroom_mib: float | None  # free at the worst point seen (startup or serving): the OOM margin
-    wasted_kv_tokens: int | None  # what the unused headroom would hold as KV cache
+    wasted_kv_tokens: int | None  # what kv_unused_mib would hold as KV cache
     recommended_mfs: float | None
     margin_mib: float
     verdict: str
@@ -94,6 +94,7 @@ class Comparison:
     observable: tuple[str, ...] = field(default=())
     ledger: Ledger | None = None  # the judged (worst) rank's books at its worst point
     ledgers: tuple[Ledger, ...] = ()  # every rank's
+    kv_unused_mib: float | None = None  # headroom beyond the margin and what runtime still needs (`spare`)
 
     def term(self, name: str) -> TermComparison:
         for t in self.terms:
@@ -278,6 +279,41 @@ def _term_rows(
 # ---------------------------------------------------------------------------------------------------
 
 
+#: Run verdicts of a finished startup whose headroom was judged: only they say how much KV was left unused.
+JUDGED_VERDICTS = ("tight", "ok", "wasteful")
+
+
+@dataclass(frozen=True, slots=True)
+class Spare:
+    """What a judged run left unused and the fraction that would have used it (None: not judged, or what
+    runtime still needs is unknown — a failed, cut or unread startup shows no such thing)."""
+
+    kv_unused_mib: float | None  # max(0, worst − pending runtime need − margin)
+    wasted_kv_tokens: int | None  # kv_unused_mib as KV tokens (exact bytes per token of the pool)
+    recommended_mfs: float | None  # floor((1 − (used + pending + margin) / free_at_start) × 1000) / 1000; None ≤ 0
+
+
+def spare(
+    verdict: str,
+    worst: float | None,
+    used: float | None,
+    start: float | None,
+    pending: float | None,
+    margin_mib: float,
+    bpt: float | None,
+) -> Spare:
+    """`pending`: what runtime needs beyond the worst point seen — 0 when serving was measured (the worst point
+    holds its peak), the heuristic's activation reserve for a startup-only source, None when unknown. A
+    startup log's free memory is what the activations are for: counting it as unused KV would call the
+    activation reserve waste."""
+    if verdict not in JUDGED_VERDICTS or pending is None:
+        return Spare(None, None, None)
+    unused = None if worst is None else max(0.0, worst - pending - margin_mib)
+    wasted = None if unused is None or not bpt else int(unused * 2**20 // bpt)
+    rec = None if used is None or not start else math.floor((1 - (used + pending + margin_mib) / start) * 1000) / 1000
+    return Spare(unused, wasted, rec if rec is None or rec > 0 else None)  # ≤ 0: no fraction leaves that much
+
+
 def compare(
     m: Measurement,
     res: Reservation | None,
@@ -305,16 +341,10 @@ def compare(
     bpt = kv_bytes_per_token(r)
     resolution = max((p.resolution_mib or 0.0) for p in r.phases) if r and r.phases else 0.0
     rows = _term_rows(m, res, att, resolution, used) if res is not None else []
-    wasted = None
-    if worst is not None and bpt and worst > margin_mib:
-        wasted = int((worst - margin_mib) * 2**20 // bpt)
-    rec = None
     served = att is not None and att.total("activation") is not None
-    runtime_need = None if served or res is None else res.mib("activation")  # not observed: the heuristic's
-    if used is not None and start and (served or runtime_need is not None):
-        need = used + (runtime_need or 0.0) + margin_mib
-        rec = math.floor((1 - need / start) * 1000) / 1000
-    verdict, reason = run_verdict(m, worst, used, end_startup, verdict_need(m, res))
+    need = verdict_need(m, res)
+    verdict, reason = run_verdict(m, worst, used, end_startup, need)
+    s = spare(verdict, worst, used, start, 0.0 if served else need[0] if need else None, margin_mib, bpt)
     if unread and verdict == "unknown" and att is not None and att.worst_free_mib is not None:
         reason = (f"headroom unknown: {', '.join(unread)} ran after the last free-memory reading "
                   f"({att.worst_free_mib / 1024:.2f} GiB free) and printed no memory")  # fmt: skip
@@ -341,8 +371,8 @@ def compare(
         used_after_kv_mib=used,
         headroom_startup_mib=end_startup,
         headroom_mib=worst,
-        wasted_kv_tokens=wasted,
-        recommended_mfs=rec,
+        wasted_kv_tokens=s.wasted_kv_tokens,
+        recommended_mfs=s.recommended_mfs,
         margin_mib=margin_mib,
         verdict=verdict,
         reason=reason,
@@ -353,6 +383,7 @@ def compare(
         observable=tuple(t.term for t in rows if t.verdict not in ("unobservable", "off")),
         ledger=judged_ledger,
         ledgers=ledgers,
+        kv_unused_mib=s.kv_unused_mib,
     )
 
 
@@ -467,19 +498,22 @@ def derive_variant(c: Comparison, res: Reservation, name: str, max_bs: int) -> C
                     t.note,
                 )
             )
-    rec = None
-    if used is not None and c.free_at_start_mib:
-        rec = math.floor((1 - (used + c.margin_mib) / c.free_at_start_mib) * 1000) / 1000
     verdict, reason = c.verdict, c.reason
+    act = next((t for t in c.terms if t.term == "activation"), None)
+    served = act is not None and act.measured_mib is not None
+    act_on = dict(zip(TERM_NAMES, res.term_on, strict=True))["activation"]
+    need = (
+        (act.measured_mib, "measured runtime peak (probe), of the run it is derived from")
+        if served
+        else (mib["activation"], f"the {res.rules} rules' activation reserve")
+        if act_on
+        else None
+    )
     if c.failure_kind is None and headroom is not None and used is not None and c.memory_kind == "gpu":
-        act = next((t for t in c.terms if t.term == "activation"), None)
-        need = (
-            (act.measured_mib, "measured runtime peak (probe), of the run it is derived from")
-            if act is not None and act.measured_mib is not None
-            else (mib["activation"], f"the {res.rules} rules' activation reserve")
-        )
         verdict, reason = headroom_verdict(headroom, used, need)
         reason += " (estimated)"
+    s = spare(verdict, headroom, used, c.free_at_start_mib, 0.0 if served else need[0] if need else None,
+              c.margin_mib, c.kv_bytes_per_token)  # fmt: skip
     return replace(
         c,
         measurement_id=f"{c.measurement_id}>{name}",
@@ -491,16 +525,13 @@ def derive_variant(c: Comparison, res: Reservation, name: str, max_bs: int) -> C
         used_after_kv_mib=used,
         headroom_mib=headroom,
         headroom_startup_mib=None,
-        recommended_mfs=rec,
+        recommended_mfs=s.recommended_mfs,
         verdict=verdict,
         reason=reason + f" [derived from run {c.measurement_id}]",
         terms=tuple(terms),
         ladder=tuple(p for p in c.ladder if p[0] <= max_bs),
         ledger=None,  # a derived variant was not started: it has no books of its own
         ledgers=(),
-        wasted_kv_tokens=(
-            int((headroom - c.margin_mib) * 2**20 // c.kv_bytes_per_token)
-            if headroom is not None and c.kv_bytes_per_token and headroom > c.margin_mib
-            else None
-        ),
+        wasted_kv_tokens=s.wasted_kv_tokens,
+        kv_unused_mib=s.kv_unused_mib,
     )

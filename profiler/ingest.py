@@ -513,7 +513,7 @@ def judge(m: Measurement, *, margin_mib: float = 1024.0) -> tuple[Comparison, Ju
 
     The fraction reported is the run's own (printed, implied, or computed with the exact rules), never the
     heuristic's fallback; the wasteful yardstick is the largest activation reserve over the candidates."""
-    from profiler.compare import compare
+    from profiler.compare import compare, spare
     from profiler.logs.reserve import log_reservation
     from profiler.verdict import run_verdict, runtime_need
 
@@ -521,10 +521,15 @@ def judge(m: Measurement, *, margin_mib: float = 1024.0) -> tuple[Comparison, Ju
     m.mfs, m.mfs_origin, m.mfs_how = lr.mfs, lr.mfs_origin, lr.mfs_how
     notes = [f"rules: {lr.rules} — {lr.rules_why}", *lr.notes]
     c = compare(m, lr.headline, margin_mib=margin_mib)
-    need = runtime_need(m, None) or lr.activation_mib()
+    served = runtime_need(m, None)
+    need = served or lr.activation_mib()
     verdict, reason = run_verdict(m, c.headroom_mib, c.used_after_kv_mib, c.headroom_startup_mib, need)
+    pending = 0.0 if served else need[0] if need else None  # a startup log: the activations are still to come
+    s = spare(verdict, c.headroom_mib, c.used_after_kv_mib, c.free_at_start_mib, pending, margin_mib,
+              c.kv_bytes_per_token)  # fmt: skip
     fixes: dict[str, Any] = {"verdict": verdict, "reason": reason, "rules": lr.rules, "mfs": m.mfs,
-                             "mfs_origin": m.mfs_origin}  # fmt: skip
+                             "mfs_origin": m.mfs_origin, "kv_unused_mib": s.kv_unused_mib,
+                             "wasted_kv_tokens": s.wasted_kv_tokens, "recommended_mfs": s.recommended_mfs}  # fmt: skip
     if m.mfs is None:
         fixes |= {"slack_mib": None, "recommended_mfs": None}  # they would rest on a fraction the log lacks
     return replace(c, **fixes), Judged(lr, need, notes)

@@ -297,16 +297,16 @@ def verdict_counts(t: pd.DataFrame) -> pd.DataFrame:
 
 
 def kv_unused_by_mode(t: pd.DataFrame) -> pd.DataFrame:
-    """Per node type: runs, runs with a reading after the KV pool, MiB unused beyond the margin, KV tokens."""
+    """Per node type: runs, runs judged (a finished startup whose runtime need is known), MiB those left beyond
+    the margin and what runtime still needs (`compare.spare`), and that as KV tokens. A failed, cut or unread
+    startup counts as a run, never as unused KV."""
     rows = []
     for mode, g in t.groupby(t["mode"].fillna("unknown"), sort=True):
-        head, margin = g["headroom_mib"].astype(float), g["margin_mib"].astype(float)
-        unused = (head - margin).clip(lower=0)
-        seen = head.notna() & margin.notna()
+        unused = g["kv_unused_mib"].astype(float).dropna() if "kv_unused_mib" in g else pd.Series(dtype=float)
         tokens = g["wasted_kv_tokens"].dropna()
         rows.append({
-            "node type": str(mode), "runs": str(len(g)), "with a reading": str(int(seen.sum())),
-            "unused beyond the margin MiB": mib(unused[seen].sum()) if seen.any() else _DASH,
+            "node type": str(mode), "runs": str(len(g)), "judged": str(len(unused)),
+            "unused beyond margin and runtime need MiB": mib(unused.sum()) if len(unused) else _DASH,
             "wasted KV tokens": count(tokens.sum()) if len(tokens) else _DASH,
         })  # fmt: skip
     return pd.DataFrame(rows)
@@ -675,7 +675,9 @@ def summary_section(df: pd.DataFrame, t: pd.DataFrame, missing: pd.DataFrame | N
         return s
     s.blocks += [Para(f"Runs by verdict ({len(t)} runs; worst first):"), Table(verdict_counts(t), "summary-verdicts")]
     s.blocks += [
-        Para("KV cache left unused, per node type (headroom beyond the safety margin, as MiB and as KV tokens):"),
+        Para("KV cache left unused, per node type: what the worst point left beyond the safety margin and what "
+             "runtime still needs (the measured serving peak is inside the worst point; a startup log still owes "
+             "the activation reserve), over the runs judged (ok, tight, wasteful), as MiB and as KV tokens:"),
         Table(kv_unused_by_mode(t), "summary-kv"),
     ]
     under = under_by_term(df)
@@ -798,7 +800,8 @@ def runs_section(t: pd.DataFrame) -> Section:
         Para(
             "Slack = free_at_start × (1 − mfs); used after KV = free right after the KV pool minus the lowest free "
             "seen afterwards; headroom = the lowest free (the OOM margin); wasted KV tokens = what the headroom "
-            "beyond the safety margin would hold; recommended mfs = the fraction that would leave exactly the margin. "
+            "beyond the safety margin and the runtime need still to come would hold; recommended mfs = the fraction "
+            "that would leave exactly that (both only for judged runs: ok, tight, wasteful). "
             f"{_DASH} = the source does not say."
         ),
         Table(run_table(t)),

@@ -80,6 +80,7 @@ RESULT_COLUMNS: dict[str, str] = {
     "headroom_startup_mib": "float64",
     "headroom_mib": "float64",
     "wasted_kv_tokens": "Int64",
+    "kv_unused_mib": "float64",  # headroom beyond the margin and the runtime need still to come (judged runs)
     "kv_bytes_per_token": "float64",
     "kv_tokens": "Int64",
     "kv_pool_mib": "float64",
@@ -220,6 +221,7 @@ def result_rows(m: Measurement, c: Comparison, ctx: RunContext = RunContext()) -
         "headroom_startup_mib": c.headroom_startup_mib,
         "headroom_mib": c.headroom_mib,
         "wasted_kv_tokens": c.wasted_kv_tokens,
+        "kv_unused_mib": c.kv_unused_mib,
         "kv_bytes_per_token": c.kv_bytes_per_token,
         "kv_tokens": c.kv_tokens,
         "kv_pool_mib": c.kv_pool_mib,

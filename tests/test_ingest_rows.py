@@ -96,3 +96,24 @@ def test_results_directory_names_the_rules(tmp_path: Path) -> None:
     total = df[df["term"] == "total"].iloc[0]
     assert total["rules_why"] and total["sglang_how"].startswith("log formats: 0.4.8.post1")
     assert total["decode_max_bs"] == 160  # the captured bs list, not a default
+
+
+def test_unused_kv_of_a_startup_log_leaves_the_activation_reserve() -> None:
+    """sglang-21395.log (wasteful): 21,596.16 MiB free at the end of startup, of which the 6,144 MiB activation
+    reserve (0.5.9 rules) is still owed at runtime and 1,024 MiB is the margin → 14,428.16 MiB unused;
+    at its pool's 147,639.5008 B/token that is floor(14,428.16 × 2^20 / 147,639.5008) = 102,472 tokens;
+    recommended floor((1 − (583.68 + 6,144 + 1,024) / 45,230.08) × 1000)/1000 = floor(828.6) = 0.828."""
+    (m,) = parse_log(FIXTURES / "sglang-21395.log")
+    c, _ = judge(m)
+    assert c.verdict == "wasteful"
+    assert round(c.kv_unused_mib, 2) == 14428.16 and c.wasted_kv_tokens == 102472 and c.recommended_mfs == 0.828
+
+
+def test_no_unused_kv_for_an_aborted_capture() -> None:
+    """constructed_pip-install_aborted-capture.log: 44,503.04 MiB free when the capture aborted at its first
+    batch size. Not a finished startup: no unused KV, no recommended fraction (it once said 648,787 tokens and
+    0.969 — advice to give the KV pool memory a working capture needs)."""
+    (m,) = parse_log(FIXTURES / "constructed_pip-install_aborted-capture.log")
+    c, _ = judge(m)
+    assert c.verdict == "failed" and c.headroom_mib == 44503.04
+    assert (c.kv_unused_mib, c.wasted_kv_tokens, c.recommended_mfs) == (None, None, None)

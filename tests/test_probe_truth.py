@@ -294,6 +294,9 @@ def test_derived_variant_reads_the_whole_capture_from_the_last_rung(traces):
     # and 7,043 − 2,300 = 4,743 > 2,048 → wasteful (the same rule as a measured run's verdict)
     assert res128.mem_fraction_static == 0.929 and d.headroom_mib == 7043.0
     assert d.verdict == "wasteful" and "(estimated)" in d.reason and "measured runtime peak" in d.reason
+    # served (the peak is inside the headroom): unused 7,043 − 1,024 = 6,019 MiB → × 8 tokens a MiB (131,072 B)
+    # = 48,152; recommended floor((1 − (3,128 + 1,024)/142,971) × 1000)/1000 = floor(970.96)/1000 = 0.970
+    assert (d.kv_unused_mib, d.wasted_kv_tokens, d.recommended_mfs) == (6019.0, 48152, 0.970)
 
 
 # --- the store keeps the books ----------------------------------------------------------------------------

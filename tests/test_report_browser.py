@@ -99,8 +99,12 @@ def test_page_in_chromium(page: Path, tmp_path: Path) -> None:
         assert int(row[head.index("runs")]) == len(g)
         tokens = g["wasted_kv_tokens"].dropna()
         assert row[head.index("wasted KV tokens")] == (f"{int(tokens.sum()):,}" if len(tokens) else "—")
-        unused = (g["headroom_mib"] - g["margin_mib"]).clip(lower=0).dropna()
-        assert row[head.index("unused beyond the margin MiB")] == (f"{unused.sum():,.0f}" if len(unused) else "—")
+        unused = g["kv_unused_mib"].dropna()
+        assert int(row[head.index("judged")]) == len(unused)
+        got = row[head.index("unused beyond margin and runtime need MiB")]
+        assert got == (f"{unused.sum():,.0f}" if len(unused) else "—")
+    # only judged runs leave KV unused: a failed, cut or unread startup has no such figure
+    assert t[~t["verdict"].isin(["ok", "tight", "wasteful"])][["kv_unused_mib", "wasted_kv_tokens"]].isna().all().all()
     under = df[(df["term"] != "total") & (df["term_verdict"] == "under")]
     assert {r[0]: int(r[1]) for r in seen["tables"]["summary-under"][1:]} == under["term"].value_counts().to_dict()
 

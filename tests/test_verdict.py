@@ -89,3 +89,34 @@ def test_measured_runtime_peak_is_the_need() -> None:
 
 def test_host_runs_are_unknown() -> None:
     assert run_verdict(_m(startup="finished", memory_kind="host"), 9e4, 1.0, 9e4)[0] == "unknown"
+
+
+# ------------------------------------------------------------------ what a judged run left unused (compare.spare)
+
+
+def test_spare_by_hand() -> None:
+    """A startup-only source still owes the activation reserve; a served one holds its peak already.
+    worst 10,000, pending 3,072, margin 1,024 → unused 5,904 MiB; at 131,072 B/token (8 tokens a MiB) 47,232
+    tokens; used 2,000 of 100,000 free at start → floor((1 − 6,096/100,000) × 1000)/1000 = floor(939.04) = 0.939.
+    Served (pending 0): 8,976 MiB → 71,808 tokens; floor((1 − 3,024/100,000) × 1000)/1000 = 0.969."""
+    from profiler.compare import Spare, spare
+
+    assert spare("ok", 10000.0, 2000.0, 100000.0, 3072.0, 1024.0, 131072.0) == Spare(5904.0, 47232, 0.939)
+    assert spare("wasteful", 10000.0, 2000.0, 100000.0, 0.0, 1024.0, 131072.0) == Spare(8976.0, 71808, 0.969)
+    # below the need and the margin: nothing unused, a lower fraction recommended (1 − 6,096/8,000 = 0.238)
+    assert spare("tight", 900.0, 2000.0, 8000.0, 3072.0, 1024.0, 131072.0) == Spare(0.0, 0, 0.238)
+    # no fraction leaves 6,096 MiB on a 4,000 MiB start: no recommendation rather than a negative one
+    assert spare("tight", 0.0, 2000.0, 4000.0, 3072.0, 1024.0, 131072.0) == Spare(0.0, 0, None)
+    # bytes per token unknown: MiB but no tokens
+    assert spare("ok", 10000.0, 2000.0, 100000.0, 3072.0, 1024.0, None) == Spare(5904.0, None, 0.939)
+
+
+def test_spare_only_for_judged_runs() -> None:
+    """A failed, cut, OOM or unread startup, or an unknown runtime need: no unused KV and no recommendation —
+    the free memory of an aborted capture is not KV a fleet could have had."""
+    from profiler.compare import JUDGED_VERDICTS, Spare, spare
+
+    assert JUDGED_VERDICTS == ("tight", "ok", "wasteful")
+    for v in ("failed", "incomplete", "oom_during_capture", "oom_startup", "oom_runtime", "unknown"):
+        assert spare(v, 44503.0, 1833.0, 290365.0, 6144.0, 1024.0, 70271.0) == Spare(None, None, None), v
+    assert spare("ok", 10000.0, 2000.0, 100000.0, None, 1024.0, 131072.0) == Spare(None, None, None)
