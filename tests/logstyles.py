@@ -47,3 +47,14 @@ COMPRESS: dict[str, Callable[[bytes], bytes]] = {
     "bz2": bz2.compress,
     "zstd": lambda b: zstandard.ZstdCompressor().compress(b),
 }
+
+
+#: Request traffic in real sglang formats (decode and prefill batch lines, an HTTP access line), with {r}
+#: running requests, {t} tokens and {u} token usage to fill in: what sits between memory lines in a served log.
+SERVING = [
+    "[2026-03-01 10:00:00 TP0] Decode batch, #running-req: {r}, #token: {t}, token usage: {u:.2f}, cuda graph: True, "
+    "gen throughput (token/s): 1234.56, #queue-req: 0",
+    "[2026-03-01 10:00:00 TP0] Prefill batch, #new-seq: 1, #new-token: 7, #cached-token: 0, token usage: {u:.2f}, "
+    "#running-req: {r}, #queue-req: 0, #pending-token: 0, cuda graph: False, input throughput (token/s): 99.00",
+    '[2026-03-01 10:00:00] INFO:     127.0.0.1:4{r} - "POST /generate HTTP/1.1" 200 OK',
+]

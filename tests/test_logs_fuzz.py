@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from profiler.logs import parse_log
 from profiler.logs.lines import MATCHERS, PrefixLearner, ReMatcher
-from tests.logstyles import COMPRESS
+from tests.logstyles import COMPRESS, SERVING
 from tests.test_logs_prefixes import TEXT, records
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -122,20 +122,13 @@ def _mixed(rnd_lines: list[str]) -> bytes:
     return ("\n".join(rnd_lines) + "\n").encode()
 
 
-TRAFFIC = [
-    "[2026-03-01 10:00:00 TP0] Decode batch, #running-req: {r}, #token: {t}, token usage: {u:.2f}, cuda graph: True, "
-    "gen throughput (token/s): 1234.56, #queue-req: 0",
-    "[2026-03-01 10:00:00 TP0] Prefill batch, #new-seq: 1, #new-token: 7, #cached-token: 0, token usage: {u:.2f}, "
-    "#running-req: {r}, #queue-req: 0, #pending-token: 0, cuda graph: False, input throughput (token/s): 99.00",
-    '[2026-03-01 10:00:00] INFO:     127.0.0.1:4{r} - "POST /generate HTTP/1.1" 200 OK',
-]
 
 
 @settings(max_examples=60, deadline=None)
 @given(
     st.lists(
         st.one_of(
-            st.tuples(st.sampled_from(TRAFFIC), st.integers(0, 3000), st.integers(0, 100)),
+            st.tuples(st.sampled_from(SERVING), st.integers(0, 3000), st.integers(0, 100)),
             st.sampled_from(TEXT["repo_unknown_llama31-8b_24gb_docker.log"].splitlines()),
         ),
         max_size=120,

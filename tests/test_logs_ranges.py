@@ -27,7 +27,7 @@ from profiler.logs.lines import (
     scan_range,
     split_ranges,
 )
-from tests.logstyles import COMPRESS, prefixed
+from tests.logstyles import COMPRESS, SERVING, prefixed
 from tests.test_logs_prefixes import LOGS, TEXT, records
 
 
@@ -110,11 +110,7 @@ def test_every_fixture_in_tiny_ranges(matcher: ReMatcher, style: str, tmp_path: 
 
 
 TRAFFIC = [
-    "[2026-03-01 10:00:00 TP0] Decode batch, #running-req: {r}, #token: {t}, token usage: {u:.2f}, cuda graph: True, "
-    "gen throughput (token/s): 1234.56, #queue-req: 0",
-    "[2026-03-01 10:00:00 TP0] Prefill batch, #new-seq: 1, #new-token: 7, #cached-token: 0, token usage: {u:.2f}, "
-    "#running-req: {r}, #queue-req: 0, #pending-token: 0, cuda graph: False, input throughput (token/s): 99.00",
-    '[2026-03-01 10:00:00] INFO:     127.0.0.1:4{r} - "POST /generate HTTP/1.1" 200 OK',
+    *SERVING,
     "[2026-03-01 10:00:00 TP{k}] KV cache pool is full. Retract requests. #retracted_reqs: 1",
     "[2026-03-01 10:00:00 DP{k} TP{k}] Decode batch, #running-req: {r}, token usage: {u:.2f}, #queue-req: 0",
 ]

@@ -278,16 +278,7 @@ class HyperscanMatcher(ReMatcher):
             self._db = self._compile(keyword_patterns())
         self._db.scan(body if n is None or n == len(body) else memoryview(body)[:n], match_event_handler=on_match)
         hits.sort()
-        state = [0]
-
-        def next_hit(pos: int) -> int:
-            i = state[0]
-            while i < len(hits) and hits[i] < pos:
-                i += 1
-            state[0] = i
-            return hits[i] if i < len(hits) else -1
-
-        return next_hit
+        return _walker(hits)
 
     def above(self, body: bytes, start: int, end: int, levels: tuple[int, ...], hot: int = 0) -> int:
         near = min(end, max(start, hot))
