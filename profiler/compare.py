@@ -34,7 +34,7 @@ from profiler.heuristic import Reservation
 from profiler.heuristic.record import TERM_NAMES
 from profiler.ledger import Attribution, Ledger, attribute, ledger_of
 from profiler.measurement import Measurement, Phase, Rank
-from profiler.verdict import headroom_verdict, run_verdict
+from profiler.verdict import Need, headroom_verdict, run_verdict
 from profiler.verdict import runtime_need as verdict_need
 
 #: Default safety margin added to what was used when recommending a fraction.
@@ -298,14 +298,16 @@ def spare(
     worst: float | None,
     used: float | None,
     start: float | None,
-    pending: float | None,
+    need: Need | None,
+    served: bool,
     margin_mib: float,
     bpt: float | None,
 ) -> Spare:
-    """`pending`: what runtime needs beyond the worst point seen — 0 when serving was measured (the worst point
-    holds its peak), the heuristic's activation reserve for a startup-only source, None when unknown. A
-    startup log's free memory is what the activations are for: counting it as unused KV would call the
-    activation reserve waste."""
+    """What runtime needs beyond the worst point seen (`pending`): nothing when serving was measured (the worst
+    point holds its peak), else the need the verdict used (the activation reserve of a startup-only source),
+    unknown without one. A startup log's free memory is what the activations are for: counting it as unused KV
+    would call the activation reserve waste."""
+    pending = 0.0 if served else need[0] if need is not None else None
     if verdict not in JUDGED_VERDICTS or pending is None:
         return Spare(None, None, None)
     unused = None if worst is None else max(0.0, worst - pending - margin_mib)
@@ -344,7 +346,7 @@ def compare(
     served = att is not None and att.total("activation") is not None
     need = verdict_need(m, res)
     verdict, reason = run_verdict(m, worst, used, end_startup, need)
-    s = spare(verdict, worst, used, start, 0.0 if served else need[0] if need else None, margin_mib, bpt)
+    s = spare(verdict, worst, used, start, need, served, margin_mib, bpt)
     if unread and verdict == "unknown" and att is not None and att.worst_free_mib is not None:
         reason = (f"headroom unknown: {', '.join(unread)} ran after the last free-memory reading "
                   f"({att.worst_free_mib / 1024:.2f} GiB free) and printed no memory")  # fmt: skip
@@ -512,8 +514,7 @@ def derive_variant(c: Comparison, res: Reservation, name: str, max_bs: int) -> C
     if c.failure_kind is None and headroom is not None and used is not None and c.memory_kind == "gpu":
         verdict, reason = headroom_verdict(headroom, used, need)
         reason += " (estimated)"
-    s = spare(verdict, headroom, used, c.free_at_start_mib, 0.0 if served else need[0] if need else None,
-              c.margin_mib, c.kv_bytes_per_token)  # fmt: skip
+    s = spare(verdict, headroom, used, c.free_at_start_mib, need, served, c.margin_mib, c.kv_bytes_per_token)
     return replace(
         c,
         measurement_id=f"{c.measurement_id}>{name}",

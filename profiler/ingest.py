@@ -524,9 +524,8 @@ def judge(m: Measurement, *, margin_mib: float = 1024.0) -> tuple[Comparison, Ju
     served = runtime_need(m, None)
     need = served or lr.activation_mib()
     verdict, reason = run_verdict(m, c.headroom_mib, c.used_after_kv_mib, c.headroom_startup_mib, need)
-    pending = 0.0 if served else need[0] if need else None  # a startup log: the activations are still to come
-    s = spare(verdict, c.headroom_mib, c.used_after_kv_mib, c.free_at_start_mib, pending, margin_mib,
-              c.kv_bytes_per_token)  # fmt: skip
+    s = spare(verdict, c.headroom_mib, c.used_after_kv_mib, c.free_at_start_mib, need, served is not None,
+              margin_mib, c.kv_bytes_per_token)  # fmt: skip
     fixes: dict[str, Any] = {"verdict": verdict, "reason": reason, "rules": lr.rules, "mfs": m.mfs,
                              "mfs_origin": m.mfs_origin, "kv_unused_mib": s.kv_unused_mib,
                              "wasted_kv_tokens": s.wasted_kv_tokens, "recommended_mfs": s.recommended_mfs}  # fmt: skip

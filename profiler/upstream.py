@@ -41,7 +41,6 @@ import difflib
 import importlib.util
 import json
 import math
-import re
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -50,6 +49,7 @@ from typing import Any
 from profiler.calibrate import SPECS, Calibration, HeldOut, TermResult, finite
 from profiler.errors import MemfracError
 from profiler.heuristic.rules import RULE_SETS, RuleSet
+from profiler.logs.reserve import rule_sets_named
 
 SCHEMA_VERSION = 1
 #: A constant goes into the patch only when at least this many runs, from two worker starts, support it.
@@ -266,8 +266,8 @@ def _comment(t: TermResult, c: Calibration, target: RuleSet) -> list[str]:
     q = "max" if c.quantile == 1.0 else f"{c.quantile:g}-quantile"
     today = SPECS[t.key].today
     labels = {o.rules for o in t.observations} - {target.name}
-    sized = [n for n in RULE_SETS if any(rs.name == n and term_formula(rs, t.key) for lb in labels
-                                         for rs in rule_sets_of(lb))]  # fmt: skip
+    named = {rs.name for lb in labels for rs in rule_sets_named(lb) if term_formula(rs, t.key)}
+    sized = [n for n in RULE_SETS if n in named]  # in release order
     span = sized[0] if len(sized) == 1 else f"{sized[0]} … {sized[-1]}" if sized else ""
     return [
         f"memfrac calibrate ({q} of {t.runs} runs, {len(t.models)} model(s), {t.starts} worker start(s); "
@@ -321,7 +321,7 @@ class Patch:
 def term_formula(rs: RuleSet, key: str) -> str | None:
     """How a rule set computes one fit's term, in words (None: the rule set has no such term). Two rule sets
     with the same words compute the term from the same x with the same constant, so a constant fitted on runs
-    sized by one carries to the other's memory_hook.py; `model.py` (`_terms`) is where each is spelled out."""
+    sized by one carries to the other's memory_hook.py; `heuristic/model.py` `evaluate` spells each out."""
     if rs.formula != "terms":
         return None  # pre-0.5.3rc2: a fraction table or a reserve by GPU band, not a sum of terms
     buckets = rs.pcg_term == "buckets"
@@ -338,16 +338,6 @@ def term_formula(rs: RuleSet, key: str) -> str | None:
     }[key]
 
 
-def rule_sets_of(label: str) -> list[RuleSet]:
-    """The rule sets a results row's `rules` names: one ("0.5.9"), or a range ("0.5.3 … 0.5.8 (6 rule sets)",
-    every rule set between its ends); empty when the label names none ("none", "")."""
-    names = list(RULE_SETS)
-    m = re.match(r"^(\S+) … (\S+) \(\d+ rule sets\)", label)
-    if m and m[1] in RULE_SETS and m[2] in RULE_SETS:
-        return [RULE_SETS[n] for n in names[names.index(m[1]) : names.index(m[2]) + 1]]
-    return [RULE_SETS[label]] if label in RULE_SETS else []
-
-
 def carry_refusal(t: TermResult, target: RuleSet) -> str | None:
     """Why a fitted constant does not carry to `target`'s memory_hook.py (None: every rule set its runs were
     sized with computes the term as `target` does, so the fitted constant means the same there)."""
@@ -355,7 +345,7 @@ def carry_refusal(t: TermResult, target: RuleSet) -> str | None:
     if want is None:
         return f"the sglang {target.name} rules have no such term"
     for label in sorted({o.rules for o in t.observations}):
-        sets = rule_sets_of(label)
+        sets = rule_sets_named(label)
         if not sets:
             return f"runs sized by unknown rules ({label or 'not recorded'})"
         found = {f for f in (term_formula(rs, t.key) for rs in sets) if f is not None}

@@ -101,14 +101,16 @@ def test_spare_by_hand() -> None:
     Served (pending 0): 8,976 MiB → 71,808 tokens; floor((1 − 3,024/100,000) × 1000)/1000 = 0.969."""
     from profiler.compare import Spare, spare
 
-    assert spare("ok", 10000.0, 2000.0, 100000.0, 3072.0, 1024.0, 131072.0) == Spare(5904.0, 47232, 0.939)
-    assert spare("wasteful", 10000.0, 2000.0, 100000.0, 0.0, 1024.0, 131072.0) == Spare(8976.0, 71808, 0.969)
+    ACT = (3072.0, "the 0.5.23 rules' activation reserve")  # still owed: the source saw no serving
+    PEAK = (2500.0, "measured runtime peak (probe)")  # already inside the worst point
+    assert spare("ok", 10000.0, 2000.0, 100000.0, ACT, False, 1024.0, 131072.0) == Spare(5904.0, 47232, 0.939)
+    assert spare("wasteful", 10000.0, 2000.0, 100000.0, PEAK, True, 1024.0, 131072.0) == Spare(8976.0, 71808, 0.969)
     # below the need and the margin: nothing unused, a lower fraction recommended (1 − 6,096/8,000 = 0.238)
-    assert spare("tight", 900.0, 2000.0, 8000.0, 3072.0, 1024.0, 131072.0) == Spare(0.0, 0, 0.238)
+    assert spare("tight", 900.0, 2000.0, 8000.0, ACT, False, 1024.0, 131072.0) == Spare(0.0, 0, 0.238)
     # no fraction leaves 6,096 MiB on a 4,000 MiB start: no recommendation rather than a negative one
-    assert spare("tight", 0.0, 2000.0, 4000.0, 3072.0, 1024.0, 131072.0) == Spare(0.0, 0, None)
+    assert spare("tight", 0.0, 2000.0, 4000.0, ACT, False, 1024.0, 131072.0) == Spare(0.0, 0, None)
     # bytes per token unknown: MiB but no tokens
-    assert spare("ok", 10000.0, 2000.0, 100000.0, 3072.0, 1024.0, None) == Spare(5904.0, None, 0.939)
+    assert spare("ok", 10000.0, 2000.0, 100000.0, ACT, False, 1024.0, None) == Spare(5904.0, None, 0.939)
 
 
 def test_spare_only_for_judged_runs() -> None:
@@ -118,5 +120,6 @@ def test_spare_only_for_judged_runs() -> None:
 
     assert JUDGED_VERDICTS == ("tight", "ok", "wasteful")
     for v in ("failed", "incomplete", "oom_during_capture", "oom_startup", "oom_runtime", "unknown"):
-        assert spare(v, 44503.0, 1833.0, 290365.0, 6144.0, 1024.0, 70271.0) == Spare(None, None, None), v
-    assert spare("ok", 10000.0, 2000.0, 100000.0, None, 1024.0, 131072.0) == Spare(None, None, None)
+        got = spare(v, 44503.0, 1833.0, 290365.0, (6144.0, "0.5.9 rules"), False, 1024.0, 70271.0)
+        assert got == Spare(None, None, None), v
+    assert spare("ok", 10000.0, 2000.0, 100000.0, None, False, 1024.0, 131072.0) == Spare(None, None, None)

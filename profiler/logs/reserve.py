@@ -15,6 +15,7 @@ sglang resolved after the heuristic ran (the ready line's max_running_requests) 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from profiler.errors import MemfracError
@@ -27,6 +28,7 @@ from profiler.heuristic import (
     reserve,
     rules_for,
 )
+from profiler.heuristic.rules import RULE_SETS
 from profiler.logs import formats
 from profiler.logs.printed import RESOLVED_AFTER_HEURISTIC
 from profiler.measurement import Measurement
@@ -280,6 +282,19 @@ def _label(cands: list[Candidate]) -> str:
     if len(sets) == 1:
         return sets[0]
     return f"{sets[0]} … {sets[-1]} ({len(sets)} rule sets)"
+
+
+def rule_sets_named(label: str) -> list[RuleSet]:
+    """The rule sets a `rules` label (`_label`'s) names: one ("0.5.9"), or a range ("0.5.3 … 0.5.8 (6 rule
+    sets)": every rule set between its ends, a superset when candidates were left out); empty for "none"."""
+    names = list(RULE_SETS)
+    m = _RANGE_LABEL.match(label)
+    if m and m[1] in RULE_SETS and m[2] in RULE_SETS:
+        return [RULE_SETS[n] for n in names[names.index(m[1]) : names.index(m[2]) + 1]]
+    return [RULE_SETS[label]] if label in RULE_SETS else []
+
+
+_RANGE_LABEL = re.compile(r"^(\S+) … (\S+) \(\d+ rule sets\)")
 
 
 def _versions_label(vs: list[str]) -> str:
