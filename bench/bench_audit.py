@@ -21,8 +21,8 @@ for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_v, "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import profiler.audit as audit  # noqa: E402
-from profiler.heuristic import rules_for  # noqa: E402
+import profiler.calibrate.audit as audit  # noqa: E402
+from profiler.model.heuristic import rules_for  # noqa: E402
 
 TARGET_CONFIGS, TARGET_S = 1_000_000, 10.0
 

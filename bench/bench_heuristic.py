@@ -16,9 +16,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from profiler.heuristic import inputs_from_scenario, reserve, rules_for
-from profiler.heuristic.grid import conformance_grid
-from profiler.launch import server_argv
+from profiler.engine.launch import server_argv
+from profiler.model.heuristic import inputs_from_scenario, reserve, rules_for
+from profiler.model.heuristic.grid import conformance_grid
 
 
 def best_of(repeat: int, fn) -> float:
@@ -34,7 +34,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=5)
     a = ap.parse_args()
-    from profiler.oracle import Resolver
+    from profiler.engine.oracle import Resolver
 
     grid = conformance_grid()
     resolver = Resolver(patch=True)

@@ -19,9 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from profiler.probe.plugin import ENV_DIR
-from profiler.runner.worker import Worker, build_spec
-from profiler.scenario import load_scenarios
+from profiler.measure.probe.plugin import ENV_DIR
+from profiler.measure.runner.worker import Worker, build_spec
+from profiler.model.scenario import load_scenarios
 
 ROOT = Path(__file__).resolve().parent.parent
 

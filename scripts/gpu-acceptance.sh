@@ -87,7 +87,7 @@ EOF
 } >"$S"
 
 step "selfcheck --json" 300 "$OUT/selfcheck.json" "$OUT/selfcheck.stderr" \
-    "$PY" -m profiler.cli selfcheck --json --probe-dir "$OUT/probe"
+    "$PY" -m profiler.face.cli selfcheck --json --probe-dir "$OUT/probe"
 "$PY" - "$OUT/selfcheck.json" "$OUT/selfcheck.stderr" >>"$S" 2>&1 <<'EOF'
 import json, sys
 try:

@@ -23,12 +23,13 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+LOGS = os.environ.get("LOGS", "tests/fixtures/logs")  # the before/after pair must read the same logs
 MEMFRAC = os.environ.get("MEMFRAC", str(ROOT / ".venv" / "bin" / "memfrac"))
 TIME = re.compile(
     r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(\.\d+)?([+-]\d\d:?\d\d|Z)?|\b\d+(\.\d+)? ?(s|ms|min|seconds)\b elapsed"
 )
 PATHS = re.compile(r"(/tmp|/work|/root|/home|/private)/[^\s\"',)\]]*")
-MASK_KEYS = re.compile(r"(time|_at$|^at$|started|finished|elapsed|duration|wall|host|pid|version|path|dir|file|_s$)")
+MASK_KEYS = re.compile(r"(seed|time|_at$|^at$|started|finished|elapsed|duration|wall|host|pid|version|path|dir|file|_s$)")
 NOISY = ("run/",)  # the CPU smoke worker's RSS readings move between runs
 
 
@@ -41,8 +42,8 @@ def snapshot(d: Path) -> None:
     d.mkdir(parents=True, exist_ok=True)
     m = MEMFRAC
     sh([m, "explain", "scenarios/default.toml", "--json"], d / "explain.txt")
-    sh([m, "ingest", "tests/fixtures/logs", "--format", "json"], d / "ingest.txt")
-    sh([m, "ingest", "tests/fixtures/logs", "--out", str(d / "ingested")], d / "ingest-out.txt")
+    sh([m, "ingest", LOGS, "--format", "json"], d / "ingest.txt")
+    sh([m, "ingest", LOGS, "--out", str(d / "ingested")], d / "ingest-out.txt")
     sh([m, "report", str(d / "ingested")], d / "report-ingested.txt")
     sh([m, "calibrate", str(d / "ingested"), "--out", str(d / "calibration.json")], d / "calibrate.txt")
     sh([m, "sweep", "scenarios/default.toml", "--dry-run"], d / "dry-run.txt")
@@ -53,8 +54,22 @@ def snapshot(d: Path) -> None:
     sh([m, "sweep", "scenarios/default.toml", "--out", str(d / "run")], d / "make-run.txt")
 
 
+STAMP = re.compile(r"@\d{8}T\d{6}")  # run ids carry their start time
+LOGDIR = re.compile(r"(tests/fixtures|profiler/data)/logs\b")  # the same logs, read from either copy
+MODULE = re.compile(r"\bprofiler(\.[a-z_]+)+")  # module names in prose move with a restructuring
+SECONDS = re.compile(r"\(\d+ s\)|\b\d+(\.\d+)? ?s\b(?=[; ]| elapsed)")
+
+
 def _mask_text(s: str) -> str:
-    return PATHS.sub("<path>", TIME.sub("<time>", s))
+    s = LOGDIR.sub("<logs>", STAMP.sub("@<time>", s))
+    return MODULE.sub("profiler.<module>", SECONDS.sub("(<n> s)", PATHS.sub("<path>", TIME.sub("<time>", s))))
+
+
+def _loose_text(s: str) -> str:
+    """A noisy output's text: digits and table padding do not count (RSS moves, columns resize), nor which
+    windows an RSS gap fell between (a gap of 0 MiB is not listed)."""
+    s = re.sub(r"gap before .*", "gap before …", s)
+    return re.sub(r"[\s\-:|]+", " ", re.sub(r"\d+", "#", s)).strip()
 
 
 def _norm(obj: object, key: str = "") -> object:
@@ -103,18 +118,22 @@ def _diff(a: object, b: object, where: str, loose: bool, out: list[str]) -> None
     elif isinstance(a, float | int) and isinstance(b, float | int) and not isinstance(a, bool) and loose:
         if abs(a - b) > 0.25 * max(abs(a), abs(b), 1.0):
             out.append(f"{where}: {a} → {b}")
+    elif isinstance(a, str) and isinstance(b, str) and loose and _loose_text(a) == _loose_text(b):
+        return
     elif a != b:
         out.append(f"{where}: {str(a)[:200]!r} → {str(b)[:200]!r}")
 
 
 def diff(before: Path, after: Path) -> int:
-    names = {p.relative_to(before).as_posix() for p in before.rglob("*") if p.is_file()}
-    names |= {p.relative_to(after).as_posix() for p in after.rglob("*") if p.is_file()}
+    def files(d: Path) -> dict[str, Path]:
+        return {STAMP.sub("@<time>", p.relative_to(d).as_posix()): p for p in d.rglob("*") if p.is_file()}
+
+    fb, fa = files(before), files(after)
     found = 0
-    for name in sorted(names):
+    for name in sorted(set(fb) | set(fa)):
         if name.endswith((".png", ".html", ".log", ".jsonl")) or "/raw/" in name or name.startswith("run/raw"):
             continue
-        a, b = before / name, after / name
+        a, b = fb.get(name, before / name), fa.get(name, after / name)
         if not (a.exists() and b.exists()):
             print(f"{name}: only {'before' if a.exists() else 'after'}")
             found += 1

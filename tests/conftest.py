@@ -9,6 +9,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
+LOG_FIXTURES = FIXTURES / "logs"  # real logs with hand-written expectations (expected/, INDEX.tsv)
+FAKES = ROOT / "tests" / "fakes"
+FAKE_WORKER = FAKES / "fake_sglang.py"  # a stand-in sglang server for supervision tests
 RELEASES_DIR = ROOT / ".cache" / "sglang-releases"
 
 
@@ -28,7 +31,7 @@ def root() -> Path:
 
 @pytest.fixture(autouse=True, scope="session")
 def _validation_cache(tmp_path_factory):
-    """sglang's validation outcomes (profiler.validation) are cached per test session, not in ~/.cache."""
+    """sglang's validation outcomes (profiler.engine.validation) are cached per test session, not in ~/.cache."""
     import os
 
     d = tmp_path_factory.mktemp("memfrac-cache")
@@ -39,3 +42,13 @@ def _validation_cache(tmp_path_factory):
         os.environ.pop("MEMFRAC_CACHE_DIR", None)
     else:
         os.environ["MEMFRAC_CACHE_DIR"] = old
+
+
+@pytest.fixture(scope="session")
+def ingested(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every real log fixture (LOG_FIXTURES) ingested once into a results directory; read it, do not write it."""
+    from profiler.ingest.core import run_ingest
+
+    out = tmp_path_factory.mktemp("ingested")
+    run_ingest([str(LOG_FIXTURES)], out=str(out), echo=lambda s: None, warn=lambda s: None)
+    return out

@@ -6,7 +6,7 @@ the free memory after NCCL init (not the capacity). So the non-static memory a w
 lowest free memory seen afterwards (graph capture, buffers, serving). The difference is the headroom — the
 OOM margin — and, when it is large, KV cache the fleet paid for and never used.
 
-Per term, what each reservation covers is matched to the ledger line that spends it (`profiler.ledger`: every
+Per term, what each reservation covers is matched to the ledger line that spends it (`profiler.analyse.ledger`: every
 window charged once, nested windows subtracted from their parents):
 
 | term | measured as |
@@ -29,13 +29,13 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from profiler.errors import MemfracError
-from profiler.heuristic import Reservation
-from profiler.heuristic.record import TERM_NAMES
-from profiler.ledger import Attribution, Ledger, attribute, ledger_of
-from profiler.measurement import Measurement, Phase, Rank
-from profiler.verdict import Need, headroom_verdict, run_verdict
-from profiler.verdict import runtime_need as verdict_need
+from profiler.analyse.ledger import Attribution, Ledger, attribute, ledger_of
+from profiler.analyse.verdict import Need, headroom_verdict, run_verdict
+from profiler.analyse.verdict import runtime_need as verdict_need
+from profiler.core.errors import MemfracError
+from profiler.core.measurement import Measurement, Phase, Rank
+from profiler.model.heuristic import Reservation
+from profiler.model.heuristic.record import TERM_NAMES
 
 #: Default safety margin added to what was used when recommending a fraction.
 DEFAULT_MARGIN_MIB = 1024.0
@@ -412,7 +412,7 @@ def reservation_for(m: Measurement, scenario: Any = None) -> tuple[Reservation |
     that wrote it, or with every rule set its release range allows (`profiler.logs.reserve`: the one
     returned here is named in the notes, the others in `log_reservation`); never silently with the newest.
     """
-    from profiler.heuristic import DEFAULT_RULES, inputs_from_scenario, reserve, rules_for
+    from profiler.model.heuristic import DEFAULT_RULES, inputs_from_scenario, reserve, rules_for
 
     notes: list[str] = []
     if scenario is None:

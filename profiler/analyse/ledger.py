@@ -27,8 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from profiler.heuristic.record import TERM_NAMES
-from profiler.measurement import Phase, Rank, Snapshot
+from profiler.core.measurement import Phase, Rank, Snapshot
+from profiler.model.heuristic.record import TERM_NAMES
 
 #: Which line each phase window is charged to (a draft model's weights and KV pool are weights and KV;
 #: every other draft window is the speculative worker's own overhead).

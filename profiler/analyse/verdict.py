@@ -19,7 +19,7 @@ computed. The rules, in order:
 
 from __future__ import annotations
 
-from profiler.measurement import Failure, Measurement
+from profiler.core.measurement import Failure, Measurement
 
 #: A worker with less than this free at its worst point is one allocation away from an OOM.
 TIGHT_MIB = 1024.0
@@ -50,7 +50,7 @@ def runtime_need(m: Measurement, res: object | None) -> Need | None:
         if p is not None and p.used_mib is not None:
             return p.used_mib, "measured runtime peak (probe)"
     if res is not None and hasattr(res, "mib") and getattr(res, "term_on", None):
-        from profiler.heuristic import TERM_NAMES
+        from profiler.model.heuristic import TERM_NAMES
 
         if res.term_on[TERM_NAMES.index("activation")]:  # type: ignore[attr-defined]
             return res.mib("activation"), f"the {res.rules} rules' activation reserve"  # type: ignore[attr-defined]

@@ -8,11 +8,11 @@ buffer beside its reserve, and — with `--calibration` — the reserve the cali
 
 How it stays fast and exact: the fraction depends on a few inputs only (GPU size, role, tp and attention
 DP, the architecture, the backend, the graph settings, post-capture), so the scalar model that the
-conformance tests check against the real resolver (`profiler.heuristic.model.evaluate`) runs once per
+conformance tests check against the real resolver (`profiler.model.heuristic.model.evaluate`) runs once per
 distinct heuristic input — about a tenth of the configurations — and numpy broadcasts its terms to every
 row. Weights, KV bytes and buffer sizes are tabulated per distinct model/parallelism/backend input the
 same way; the per-row arithmetic (KV budget, tokens given up to the floor, buffer vs reserve, calibrated
-reserve) is numpy. `tests/test_audit.py` checks rows against `profiler.heuristic.reserve` directly.
+reserve) is numpy. `tests/test_audit.py` checks rows against `profiler.model.heuristic.reserve` directly.
 
 Findings (the summary table, `findings.parquet`):
 - fraction_nonpositive: sglang derives mem_fraction_static ≤ 0 (it fails at start);
@@ -40,16 +40,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from profiler import a2a
-from profiler.errors import MemfracError
-from profiler.gpus import known_gpus
-from profiler.heuristic.inputs import vision_shape
-from profiler.heuristic.model import evaluate
-from profiler.heuristic.record import TERM_NAMES, HeuristicInputs
-from profiler.heuristic.rules import RuleSet, rules_for
-from profiler.modelcfg import ModelShape, load_model_shape
-from profiler.oracle import GPU_CAPABILITY
-from profiler.scenario import BUNDLED_MODELS, MODES
+from profiler.core.errors import MemfracError
+from profiler.engine.oracle import GPU_CAPABILITY
+from profiler.model import a2a
+from profiler.model.gpus import known_gpus
+from profiler.model.heuristic.inputs import vision_shape
+from profiler.model.heuristic.model import evaluate
+from profiler.model.heuristic.record import TERM_NAMES, HeuristicInputs
+from profiler.model.heuristic.releases import rules_for
+from profiler.model.heuristic.rules import RuleSet
+from profiler.model.modelcfg import ModelShape, load_model_shape
+from profiler.model.scenario import BUNDLED_MODELS, MODES
 
 MIB = 1 << 20
 TI = {n: i for i, n in enumerate(TERM_NAMES)}
@@ -706,7 +707,7 @@ class AuditResult:
 def run(
     space: Space, rules: RuleSet, calibration: Mapping[str, Constant] | None = None, show_progress: bool = True
 ) -> AuditResult:
-    from profiler.ui import progress
+    from profiler.core.ui import progress
 
     t0 = time.perf_counter()
     total = sum(
@@ -732,7 +733,7 @@ def run_audit(
     rules: str = "0.5.23",
 ) -> int:
     """`memfrac audit`: evaluate, print the findings, write audit.parquet, findings.parquet and the heat maps."""
-    from profiler.ui import table
+    from profiler.core.ui import table
 
     space = make_space(
         list(models) if models else None, list(gpus) if gpus else None, list(modes) if modes else None,

@@ -32,7 +32,6 @@ family, attention backend and a2a backend where at least `MIN_GROUP_RUNS` runs o
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -42,13 +41,23 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from profiler import ui
-from profiler.deepep import analytic_sizes, inputs_from_model_config
-from profiler.errors import MemfracError
-from profiler.heuristic import DEFAULT_RULES
-from profiler.heuristic.record import SGLANG_TERM_SOURCE, TERM_NAMES
-from profiler.modelcfg import MLA_ARCHITECTURES
-from profiler.store import load_ladder, load_results
+from profiler.core import ui
+from profiler.core.errors import MemfracError
+from profiler.model.deepep import DeepEPExample, deepep_examples
+from profiler.model.heuristic import DEFAULT_RULES
+from profiler.model.heuristic.record import SGLANG_TERM_SOURCE, TERM_NAMES
+from profiler.model.modelcfg import MLA_ARCHITECTURES
+from profiler.model.scenario import BUNDLED_MODELS
+from profiler.results.frames import (
+    LadderSlope,
+    as_float,
+    as_text,
+    derived_runs,
+    finite,
+    ladder_slopes,
+    load_dirs,
+    short_model,
+)
 
 #: Floating-point slack when asking "is measured above the reserve?" (MiB).
 TOLERANCE_MIB = 1e-6
@@ -236,30 +245,6 @@ class KvRecovered:
 
 
 @dataclass(frozen=True, slots=True)
-class LadderSlope:
-    """The decode ladder of one run: least-squares MiB per captured bs, over its (bs, cumulative MiB) points."""
-
-    run_id: str
-    points: int
-    max_bs: int
-    max_used_mib: float
-    slope_mib_per_bs: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class DeepEPExample:
-    """profiler.deepep's size of one model's DeepEP buffer, and the fitted reserve for it (when there is one)."""
-
-    model: str
-    hidden: int
-    experts: int
-    tokens: int
-    analytic_mib: float
-    heap_rounded_mib: float  # the RDMA buffer in NVSHMEM's 512 MiB granules
-    fitted_mib: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
 class Calibration:
     """Everything `memfrac calibrate` prints (text) or dumps (--json)."""
 
@@ -288,91 +273,15 @@ class Calibration:
         return finite(d)
 
 
-def finite(v: Any) -> Any:
-    """JSON has no NaN/inf: write them as null."""
-    if isinstance(v, dict):
-        return {k: finite(x) for k, x in v.items()}
-    if isinstance(v, list | tuple):
-        return [finite(x) for x in v]
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return v
-
-
 # ---------------------------------------------------------------------------------------------------
 # Reading results directories
 # ---------------------------------------------------------------------------------------------------
-
-
-def load_dirs(results: Sequence[str]) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
-    """results.parquet and ladder.parquet of every directory, concatenated; a run seen twice counts once."""
-    if not results:
-        raise MemfracError("give at least one results directory")
-    frames, ladders, notes = [], [], []
-    for d in results:
-        p = Path(d)
-        if not p.is_dir():
-            raise MemfracError(f"{d}: no such results directory")
-        frames.append(load_results(p))
-        ladders.append(load_ladder(p))
-    df = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
-    lad = pd.concat(ladders, ignore_index=True) if len(ladders) > 1 else ladders[0]
-    dups = df.duplicated(subset=["run_id", "term"], keep="first")
-    if dups.any():
-        n = df.loc[dups, "run_id"].nunique()
-        notes.append(f"{n} run(s) recorded in several directories were counted once (the first directory's rows)")
-    df = df[~dups]
-    lad = lad.drop_duplicates(subset=["run_id", "bs"], keep="first")
-    return df.reset_index(drop=True), lad.reset_index(drop=True), notes
-
-
-def as_float(v: Any) -> float | None:
-    """A float, or None for NA/NaN (pandas gives both)."""
-    if v is None or v is pd.NA:
-        return None
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(f) else f
-
-
-def as_text(v: Any, default: str = "") -> str:
-    return default if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)) else str(v)
-
-
-def short_model(row: pd.Series) -> str:
-    model = as_text(row.get("model"))
-    return model.rstrip("/").rsplit("/", 1)[-1] if model else as_text(row.get("architecture"), "unknown model")
 
 
 def is_mla(row: pd.Series, reserved: float) -> bool:
     """MLA by architecture; an unknown architecture with exactly sglang's flat 1536 MiB counts as MLA."""
     arch = as_text(row.get("architecture"))
     return arch in MLA_ARCHITECTURES if arch else reserved == 1536.0
-
-
-def ladder_slopes(ladder: pd.DataFrame) -> dict[str, LadderSlope]:
-    """Per run with a ladder: the least-squares slope of cumulative capture MiB over bs."""
-    out: dict[str, LadderSlope] = {}
-    for run_id, g in ladder.dropna(subset=["bs", "used_mib"]).groupby("run_id", sort=True):
-        bs = g["bs"].astype(float).to_numpy()
-        used = g["used_mib"].astype(float).to_numpy()
-        slope = float(np.polyfit(bs, used, 1)[0]) if len(set(bs)) >= 2 else None
-        out[str(run_id)] = LadderSlope(str(run_id), len(g), int(bs.max()), float(used.max()), slope)
-    return out
-
-
-def derived_runs(df: pd.DataFrame) -> set[str]:
-    """Scenarios a sweep did not start but estimated from another start's ladder (compare.derive_variant).
-
-    Their graph memory is an estimate and their other figures are copies of the start they came from, so
-    they are evidence of nothing new: the fits leave them out (KV recovered still counts them).
-    """
-    if "derived_from" not in df.columns:
-        return set()
-    est = df["derived_from"].notna() & (df["derived_from"].astype("string") != "")
-    return set(df.loc[est, "run_id"].astype(str))
 
 
 def family(row: pd.Series) -> str:
@@ -834,30 +743,6 @@ def kv_recovered(df: pd.DataFrame, fits: dict[str, Fit]) -> tuple[KvRecovered, .
     )  # fmt: skip
 
 
-def deepep_examples(models_dir: Path, tokens: Sequence[int] = (128, 256), ranks: int = 8) -> list[DeepEPExample]:
-    """profiler.deepep sizes of every MoE model config under `models_dir`, per dispatch size T (mode auto)."""
-    out = []
-    for cfg_path in sorted(models_dir.glob("*/config.json")):
-        try:
-            cfg = json.loads(cfg_path.read_text())
-        except (OSError, json.JSONDecodeError):
-            continue
-        for t in tokens:
-            try:
-                s = analytic_sizes(inputs_from_model_config(cfg, tokens_per_rank=t, num_ranks=ranks, mode="auto"))
-            except ValueError:  # not an MoE model, or a shape DeepEP rejects
-                break
-            name = cfg_path.parent.name.replace("--", "/")
-            out.append(DeepEPExample(name, s.inputs.hidden, s.inputs.num_experts, t, s.analytic_mib, s.total_mib))
-    return out
-
-
-def bundled_models_dir() -> Path:
-    from profiler.scenario import BUNDLED_MODELS
-
-    return BUNDLED_MODELS
-
-
 # ---------------------------------------------------------------------------------------------------
 # The command
 # ---------------------------------------------------------------------------------------------------
@@ -928,7 +813,7 @@ def calibrate(
         examples = tuple(
             DeepEPExample(e.model, e.hidden, e.experts, e.tokens, e.analytic_mib, e.heap_rounded_mib,
                           de.predict(Obs("", e.model, "", e.heap_rounded_mib, 0.0, 0.0)))
-            for e in deepep_examples(models_dir or bundled_models_dir())
+            for e in deepep_examples(models_dir or BUNDLED_MODELS)
         )  # fmt: skip
     return Calibration(
         results=tuple(str(r) for r in results), quantile=quantile_q, margin_mib=margin_mib,
@@ -978,7 +863,7 @@ def _held_text(h: HeldOut | None) -> str:
 
 
 def render_text(c: Calibration) -> str:
-    """The calibration as a maintainer reads it: one line per sglang term, then the evidence (profiler.ui)."""
+    """The calibration as a maintainer reads it: one line per sglang term, then the evidence (profiler.core.ui)."""
     q = "max" if c.quantile == 1.0 else f"{c.quantile:g}-quantile"
     lines = [
         f"memfrac calibrate: {c.runs} runs from {len(c.results)} results dir(s), sized by sglang {c.rules} rules; "
@@ -1064,43 +949,3 @@ def render_text(c: Calibration) -> str:
         lines.append("(tokens over the runs whose KV bytes per token are known; MiB over all counted runs)")
     lines += [f"note: {n}" for n in c.notes]
     return "\n".join(lines)
-
-
-def run_calibrate(
-    results: list[str],
-    quantile: float = 1.0,
-    margin_mib: float = 256.0,
-    json_out: bool = False,
-    out: str | None = None,
-    emit_patch: str | None = None,
-) -> int:
-    """The command: print the calibration (text, or one JSON object); write calibration.json and the patch."""
-    import sys
-
-    from profiler.upstream import make_patch, write_calibration
-
-    cal = calibrate(results, quantile, margin_mib)
-    patch, refusal = None, None
-    if emit_patch:
-        try:
-            patch = make_patch(cal)
-        except MemfracError as e:  # said after the calibration itself is printed and written
-            refusal = e
-    if emit_patch != "-":
-        print(json.dumps(cal.as_dict(), indent=1) if json_out else render_text(cal))
-    say = (lambda m: print(m, file=sys.stderr)) if json_out or emit_patch == "-" else print
-    if out:
-        d = write_calibration(cal, out)
-        say(f"wrote {out}: {len(d['terms'])} term(s) fitted ({', '.join(d['terms']) or 'none'}), rules {d['rules']}")
-    if refusal is not None:
-        raise refusal
-    if patch is not None:
-        if emit_patch == "-":
-            sys.stdout.write(patch.diff)
-        else:
-            Path(emit_patch).write_text(patch.diff)
-            say(f"wrote {emit_patch}: a patch for sglang {patch.version}'s {patch.hook}")
-        say(f"patch replaces: {', '.join(patch.replaced)}")
-        for k, why in patch.left:
-            say(f"patch leaves {k}: {why}")
-    return 0

@@ -1,7 +1,7 @@
 """The `Measurement` record: what one worker run really used, phase by phase, rank by rank.
 
 Both sources produce it: `profiler.logs` from a server log (free memory as SGLang printed it) and
-`profiler.runner` from the in-process probe (driver, allocator, NVML and host-RSS snapshots). Every
+`profiler.measure.runner` from the in-process probe (driver, allocator, NVML and host-RSS snapshots). Every
 quantity is MiB (a float; SGLang's "GB" is GiB and is converted ×1024). A field the source does not give
 is None — explicitly unknown, never guessed; where a value is inferred, the record says how.
 """

@@ -8,7 +8,7 @@ that has one read them all; a launch command gives only the flags the user typed
 
 from __future__ import annotations
 
-from profiler.measurement import Measurement
+from profiler.core.measurement import Measurement
 
 #: HeuristicInputs fields and the server args (any release's spelling) that carry each.
 INPUT_ARGS: dict[str, tuple[str, ...]] = {

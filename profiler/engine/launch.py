@@ -1,7 +1,7 @@
 """Scenario → sglang command-line arguments, for the release being driven.
 
-One builder serves the real resolver (`profiler.oracle` parses these argv with sglang's own argparse) and
-the worker runner (`profiler.runner` launches them), so what is resolved is what is started. Flag
+One builder serves the real resolver (`profiler.engine.oracle` parses these argv with sglang's own argparse) and
+the worker runner (`profiler.measure.runner` launches them), so what is resolved is what is started. Flag
 spellings changed across releases (`--attn-dp-size` arrived with 0.5.22; older releases spell attention DP
 `--dp-size N --enable-dp-attention`; the graph flags were renamed in 0.5.14; DeepEP was `--enable-deepep-moe`
 before `--moe-a2a-backend`), and some flags did not exist yet: a scenario that needs one is refused with the
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from packaging.version import Version
 
-from profiler.errors import MemfracError
-from profiler.scenario import Scenario
+from profiler.core.errors import MemfracError
+from profiler.model.scenario import Scenario
 
 #: The first release whose parser has each flag (only flags memfrac emits that arrived after 0.4.0).
 FLAG_SINCE = {

@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from profiler.errors import MemfracError
+from profiler.core.errors import MemfracError
 
 
 @dataclass(frozen=True)
@@ -309,7 +309,7 @@ def _read_resolved(sa: Any) -> dict[str, Any]:
 
 def resolve_scenario(s: Any, patch: bool | None = None, resolver: Resolver | None = None) -> OracleResult:
     """Resolve a `Scenario` with the installed sglang (pass a `Resolver` to reuse it across many)."""
-    from profiler.launch import server_argv
+    from profiler.engine.launch import server_argv
 
     r = resolver or Resolver(patch)
     return r.resolve(server_argv(s, r.version), s.gpu.total_mib, s.env_dict, GPU_CAPABILITY.get(s.gpu.name))
@@ -323,10 +323,10 @@ def resolve_batch_subprocess(
     Each job is {"argv": [...], "gpu_mem_mib": int, "env": {...}, "capability": [major, minor] (optional)}.
     """
     env = dict(os.environ)
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = os.pathsep.join([*pythonpath, here, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     proc = subprocess.run(
-        [python, "-m", "profiler.oracle", "--batch", "-"],
+        [python, "-m", "profiler.engine.oracle", "--batch", "-"],
         input=json.dumps(jobs),
         capture_output=True,
         text=True,

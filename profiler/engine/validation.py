@@ -27,12 +27,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from profiler.errors import MemfracError
-from profiler.heuristic.rules import version_tuple
-from profiler.oracle import GPU_CAPABILITY, OracleResult, Resolver, resolve_batch_subprocess
-from profiler.scenario import Scenario
+from profiler.core.errors import MemfracError
+from profiler.engine.oracle import GPU_CAPABILITY, OracleResult, Resolver, resolve_batch_subprocess
+from profiler.model.heuristic.rules import version_tuple
+from profiler.model.scenario import Scenario
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CACHE_VERSION = 1
 
 
@@ -117,7 +117,7 @@ def _config_digest(model_path: str) -> str:
 
 
 def _job(s: Scenario, release: str) -> dict[str, Any]:
-    from profiler.launch import server_argv
+    from profiler.engine.launch import server_argv
 
     cap = GPU_CAPABILITY.get(s.gpu.name)
     return {

@@ -11,17 +11,17 @@ import sys
 from collections.abc import Callable, Sequence
 
 from profiler import __version__
-from profiler.errors import MemfracError
+from profiler.core.errors import MemfracError
 
 Handler = Callable[[argparse.Namespace], int]
 
 
 def _cmd_explain(a: argparse.Namespace) -> int:
-    from profiler.explain import compare_rules, explain, render_compare, render_text
-    from profiler.heuristic import RULE_SETS, rules_for
-    from profiler.heuristic.releases import is_newer_than_known
-    from profiler.scenario import load_scenarios
-    from profiler.validation import check
+    from profiler.engine.validation import check
+    from profiler.face.explain import compare_rules, explain, render_compare, render_text
+    from profiler.model.heuristic import RULE_SETS, rules_for
+    from profiler.model.heuristic.releases import is_newer_than_known
+    from profiler.model.scenario import load_scenarios
 
     scenarios = load_scenarios(a.scenario)
     if a.compare_rules:
@@ -54,7 +54,7 @@ def _cmd_explain(a: argparse.Namespace) -> int:
               f"its rules are assumed to be {rules.name}'s", file=sys.stderr)  # fmt: skip
     exps = [explain(s, rules, a.free_at_start, validation) for s in scenarios]
     if a.oracle:
-        from profiler.oracle import resolve_scenario
+        from profiler.engine.oracle import resolve_scenario
 
         for e in exps:
             o = resolve_scenario(e.scenario)
@@ -65,8 +65,9 @@ def _cmd_explain(a: argparse.Namespace) -> int:
             )
         return 0
     if a.calibration:
-        from profiler.explain import render_calibrated
-        from profiler.upstream import calibrated_reserve, load_calibration
+        from profiler.calibrate.codec import load_calibration
+        from profiler.calibrate.reserve import calibrated_reserve
+        from profiler.face.explain import render_calibrated
 
         cal = load_calibration(a.calibration)
         pairs = [(e, calibrated_reserve(e.scenario, e.reservation, cal)) for e in exps]
@@ -91,8 +92,8 @@ def _calibrated_dict(cr) -> dict:
 
 
 def _cmd_deepep_size(a: argparse.Namespace) -> int:
-    from profiler.deepep import DeepEPInputs, analytic_sizes, inputs_from_model_config, render_sizes, sizes_dict
-    from profiler.modelcfg import load_model_config
+    from profiler.model.deepep import DeepEPInputs, analytic_sizes, inputs_from_model_config, render_sizes, sizes_dict
+    from profiler.model.modelcfg import load_model_config
 
     try:
         if a.model:
@@ -113,7 +114,7 @@ def _cmd_deepep_size(a: argparse.Namespace) -> int:
 
 
 def _pick(path: str, name: str | None):
-    from profiler.scenario import load_scenarios
+    from profiler.model.scenario import load_scenarios
 
     scenarios = load_scenarios(path)
     if name is not None:
@@ -149,9 +150,9 @@ def _cmd_run(a: argparse.Namespace) -> int:
     import time
     from pathlib import Path
 
-    from profiler.runner.run import run_scenario
-    from profiler.runner.summary import render_run
-    from profiler.validation import check
+    from profiler.engine.validation import check
+    from profiler.measure.runner.run import run_scenario
+    from profiler.measure.runner.summary import render_run
 
     s = _pick(a.scenario_file, a.scenario)
     v = check([s], enabled=not a.no_validate)
@@ -170,13 +171,13 @@ def _cmd_run(a: argparse.Namespace) -> int:
 
 
 def _cmd_selfcheck(a: argparse.Namespace) -> int:
-    from profiler.selfcheck import run_selfcheck
+    from profiler.selfcheck.run import run_selfcheck
 
     return run_selfcheck(json_out=a.json, device=a.device, probe_dir=a.probe_dir)
 
 
 def _cmd_ingest(a: argparse.Namespace) -> int:
-    from profiler.ingest import run_ingest
+    from profiler.ingest.core import run_ingest
 
     return run_ingest(a.files, fmt=a.format, out=a.out, per_rank=a.per_rank, margin_mib=a.margin, jobs=a.jobs)
 
@@ -200,9 +201,9 @@ def _add_ingest(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_sweep(a: argparse.Namespace) -> int:
-    from profiler.sweep import run_sweep
+    from profiler.face.fallback import sweep_command
 
-    return run_sweep(
+    return sweep_command(
         a.scenarios,
         gpus=_parse_gpus(a.gpus),
         executor=a.executor,
@@ -238,13 +239,13 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_gate(a: argparse.Namespace) -> int:
-    from profiler.gate import run_gate
+    from profiler.face.gate import run_gate
 
     return run_gate(a.results, a.baseline, a.max_regression, a.junit, a.min_regression_mib)
 
 
 def _cmd_baseline(a: argparse.Namespace) -> int:
-    from profiler.gate import write_baseline
+    from profiler.face.gate import write_baseline
 
     b = write_baseline(a.results, a.out)
     print(
@@ -271,13 +272,13 @@ def _add_gate(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_report(a: argparse.Namespace) -> int:
-    from profiler.report import run_report
+    from profiler.face.report import run_report
 
     return run_report(a.results, html=a.html, out=a.out)
 
 
 def _cmd_calibrate(a: argparse.Namespace) -> int:
-    from profiler.calibrate import run_calibrate
+    from profiler.calibrate.command import run_calibrate
 
     return run_calibrate(
         a.results, quantile=a.quantile, margin_mib=a.margin, json_out=a.json, out=a.out, emit_patch=a.emit_patch
@@ -370,7 +371,7 @@ def _add_deepep(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_audit(a: argparse.Namespace) -> int:
-    from profiler.audit import run_audit
+    from profiler.calibrate.audit import run_audit
 
     return run_audit(a.models, a.gpus, a.modes, a.backends, a.calibration, a.out, a.rules)
 

@@ -10,51 +10,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from profiler import ui
-from profiler.a2a import A2AReport, report_for
-from profiler.heuristic import RuleSet, inputs_from_scenario, reserve
-from profiler.heuristic.model import NOT_IN_RULE
-from profiler.heuristic.record import Reservation
-from profiler.modelcfg import dtype_bytes
-from profiler.postcapture import Answers, answers
-from profiler.postcapture import render as render_post_capture
-from profiler.scenario import Scenario
+from profiler.core import ui
+from profiler.model.a2a_inputs import A2AReport, report_for
+from profiler.model.heuristic import RuleSet, inputs_from_scenario, reserve
+from profiler.model.heuristic.model import NOT_IN_RULE
+from profiler.model.heuristic.record import Reservation
+from profiler.model.kv_budget import KvBudget, kv_budget
+from profiler.model.modelcfg import dtype_bytes
+from profiler.model.postcapture import Answers, answers
+from profiler.model.postcapture import render as render_post_capture
+from profiler.model.scenario import Scenario
 
 if TYPE_CHECKING:
-    from profiler.validation import Validation
-
-
-@dataclass(frozen=True, slots=True)
-class KvBudget:
-    """What the fraction leaves for the KV pool on one GPU (estimates are labelled as such)."""
-
-    free_at_start_mib: float
-    free_at_start_assumed: bool
-    weights_mib: float  # estimate from the config's shapes
-    kv_bytes_per_token: int
-    budget_mib: float
-    tokens: int
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "free_at_start_mib": self.free_at_start_mib,
-            "free_at_start_assumed": self.free_at_start_assumed,
-            "weights_mib_estimate": round(self.weights_mib, 1),
-            "kv_bytes_per_token": self.kv_bytes_per_token,
-            "kv_budget_mib": round(self.budget_mib, 1),
-            "kv_tokens": self.tokens,
-        }
-
-
-def kv_budget(s: Scenario, mfs: float, free_at_start_mib: float | None = None) -> KvBudget:
-    shape = s.shape
-    assumed = free_at_start_mib is None
-    free = float(s.gpu.total_mib if free_at_start_mib is None else free_at_start_mib)
-    weights = shape.weight_bytes_per_gpu(s.tp, s.pp, s.attn_dp) / 2**20
-    per_tok = shape.kv_bytes_per_token(s.tp, s.pp, s.attn_dp, s.kv_cache_dtype)
-    budget = free * mfs - weights
-    tokens = int(budget * 2**20 // per_tok) if budget > 0 and per_tok > 0 else 0
-    return KvBudget(free, assumed, weights, per_tok, budget, tokens)
+    from profiler.engine.validation import Validation
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,7 +210,7 @@ def render_compare(s: Scenario, ra: Reservation, rb: Reservation) -> str:
 
 def render_calibrated(e: Explanation, cr: Any, source: str = "calibration.json") -> str:
     """Today's and the calibrated reserve per term, the fraction each gives, and what the KV pool gains or the
-    OOM it avoids (`memfrac explain --calibration`; `cr` is a profiler.upstream.CalibratedReserve)."""
+    OOM it avoids (`memfrac explain --calibration`; `cr` is a profiler.calibrate.reserve.CalibratedReserve)."""
     s = e.scenario
     rows = [[t.name, _mib(t.today_mib), _mib(t.calibrated_mib), _mib(t.calibrated_mib - t.today_mib), t.how]
             for t in cr.terms if t.today_mib or t.calibrated_mib]  # fmt: skip

@@ -18,8 +18,8 @@ from typing import Any
 
 import pandas as pd
 
-from profiler.errors import MemfracError
-from profiler.store import load_results
+from profiler.core.errors import MemfracError
+from profiler.results.store import load_results
 
 BASELINE_VERSION = 1
 FAILED_VERDICTS = ("oom_during_capture", "oom_startup", "oom_runtime", "failed")
@@ -185,9 +185,8 @@ def write_junit(checks: list[Check], path: str | Path) -> None:
 
 
 def render(checks: list[Check]) -> str:
-    """The verdict line, then the failed checks as a table (profiler.ui)."""
-    from profiler import ui
-
+    """The verdict line, then the failed checks as a table (profiler.core.ui)."""
+    from profiler.core import ui
     failed = [c for c in checks if not c.passed]
     scen = {c.scenario for c in checks}
     lines = [f"{'FAIL' if failed else 'PASS'}: {len(checks)} checks over {len(scen)} scenarios, {len(failed)} failed"]

@@ -46,7 +46,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     results = config.getoption("--memfrac-results")
     if not results:
         return
-    from profiler.gate import gate, parse_pct
+    from profiler.face.gate import gate, parse_pct
 
     checks = gate(
         results, config.getoption("--memfrac-baseline"), parse_pct(config.getoption("--memfrac-max-regression"))

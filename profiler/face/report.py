@@ -2,7 +2,7 @@
 
 One document model (sections of paragraphs, tables, images, notes and collapsible per-run blocks) is rendered
 twice, so the two never disagree: to Markdown (pipe tables by pandas' `to_markdown`, i.e. tabulate) and to a
-self-contained HTML page from the jinja2 template `profiler/templates/report.html` (plots embedded as data:
+self-contained HTML page from the jinja2 template `profiler/face/templates/report.html` (plots embedded as data:
 URIs, tables sortable by a few lines of inline JS, no network). The page opens with a summary (runs by verdict,
 KV left unused per node type, terms under-reserved), then the per-run ledgers (`ledger.parquet`: where the
 memory free at start went, line by line, and the residual), then the detail. Plots are PNGs written with
@@ -30,19 +30,12 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from profiler.calibrate import (
-    as_float,
-    as_text,
-    bundled_models_dir,
-    deepep_examples,
-    derived_runs,
-    ladder_slopes,
-    short_model,
-)
-from profiler.deepep import HEURISTIC_RESERVE_BYTES, MIB
-from profiler.errors import MemfracError
-from profiler.store import Store, load_ladder, load_ledger, load_results
-from profiler.verdict import TIGHT_MIB
+from profiler.analyse.verdict import TIGHT_MIB
+from profiler.core.errors import MemfracError
+from profiler.model.deepep import HEURISTIC_RESERVE_BYTES, MIB, deepep_examples
+from profiler.model.scenario import BUNDLED_MODELS
+from profiler.results.frames import as_float, as_text, derived_runs, ladder_slopes, short_model
+from profiler.results.store import Store, load_ladder, load_ledger, load_results
 
 DPI = 100
 WIDTH_IN = 10.0
@@ -171,9 +164,9 @@ def _anchor(title: str) -> str:
 
 
 def render_html(title: str, sections: Sequence[Section], root: Path) -> str:
-    """The page: profiler/templates/report.html filled in; every plot under `root` embedded."""
+    """The page: profiler/face/templates/report.html filled in; every plot under `root` embedded."""
     env = jinja2.Environment(
-        loader=jinja2.PackageLoader("profiler", "templates"), autoescape=True, undefined=jinja2.StrictUndefined
+        loader=jinja2.PackageLoader("profiler.face", "templates"), autoescape=True, undefined=jinja2.StrictUndefined
     )
     doc = []
     for s in sections:
@@ -280,7 +273,7 @@ _LEDGER_FIRST, _LEDGER_LAST = ("weights", "kv_pool"), ("unattributed", "headroom
 
 
 def ledger_order(line: str) -> int:
-    from profiler.heuristic.record import TERM_NAMES
+    from profiler.model.heuristic.record import TERM_NAMES
 
     if line in _LEDGER_FIRST:
         return _LEDGER_FIRST.index(line)
@@ -419,7 +412,7 @@ def deepep_table(d: pd.DataFrame) -> pd.DataFrame:
 
 
 def analytic_table(models_dir: Path) -> pd.DataFrame:
-    """profiler.deepep sizes of the MoE model configs under `models_dir`, T = 128 and 256 (mode auto, 8 ranks)."""
+    """profiler.model.deepep sizes of the MoE model configs under `models_dir`, T = 128 and 256 (mode auto, 8 ranks)."""
     return pd.DataFrame(
         [
             {"model": e.model, "hidden": e.hidden, "experts": e.experts, "T": e.tokens, "analytic MiB": e.analytic_mib,
@@ -555,7 +548,7 @@ def plot_deepep_measured(d: pd.DataFrame, path: Path) -> Path:
     line = _reserve_line(ax, "sglang's 2 GiB")
     ax.set_yticks(y, labels, fontsize=8)
     handles = [Patch(color=_COLOR["reserved"], label="reserved"),
-               Patch(color=_COLOR["analytic"], label="analytic buffers (profiler.deepep)")]  # fmt: skip
+               Patch(color=_COLOR["analytic"], label="analytic buffers (profiler.model.deepep)")]  # fmt: skip
     handles += [*_split(over, "measured", "measured, above the reserve", _COLOR["measured"]), line]
     return _finish(fig, ax, path, "MiB per GPU", "DeepEP buffers: measured vs analytic vs the 2 GiB reserve", handles)
 
@@ -871,7 +864,8 @@ def deepep_section(df: pd.DataFrame, out: Path, models_dir: Path) -> Section:
     if len(d):
         s.blocks += [
             Para(
-                "DeepEP buffer creation as the probe measured it (driver Δ), beside profiler.deepep's size for the "
+                "DeepEP buffer creation as the probe measured it (driver Δ), beside profiler.model.deepep's size for "
+                "the "
                 "run's shape: NVL buffer + metadata + workspace + the RDMA buffer in NVSHMEM's 512 MiB granules."
             ),
             Table(deepep_table(d)),
@@ -889,7 +883,7 @@ def deepep_section(df: pd.DataFrame, out: Path, models_dir: Path) -> Section:
         shown = shown.astype(str)
         s.blocks += [
             Para(
-                "Analytic sizes (profiler.deepep, sgl-deep-ep 0.1.2.post1 formulas) for the bundled MoE models, "
+                "Analytic sizes (profiler.model.deepep, sgl-deep-ep 0.1.2.post1 formulas) for the bundled MoE models, "
                 "8 ranks, deepep mode auto, at T = 128 and 256 dispatch tokens per rank. NVSHMEM's own overhead "
                 "beyond its 512 MiB heap granules is not counted (DeepEP issue #510 measured ≈ 3.1 GiB for a 2 GiB "
                 "buffer)."
@@ -983,7 +977,7 @@ def build(results_dir: Path, out: Path, models_dir: Path | None = None) -> list[
         ledger_section(load_ledger(results_dir), out),
         terms_section(df, out),
         ladder_section(df, ladder, out),
-        deepep_section(df, out, models_dir or bundled_models_dir()),
+        deepep_section(df, out, models_dir or BUNDLED_MODELS),
         kv_section(t, out),
         startup_section(t, out),
     ]

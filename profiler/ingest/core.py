@@ -29,17 +29,17 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from profiler.errors import MemfracError
+from profiler.core.errors import MemfracError
 from profiler.logs import LogFile, read_log, read_ranges
 from profiler.logs.inputs import log_files as _discover
 from profiler.logs.inputs import sniff
 from profiler.logs.lines import CHUNK_BYTES, RANGE_MIN_BYTES, RangeScan, scan_range, split_ranges
 
 if TYPE_CHECKING:  # imported where used: worker processes start before the parser and comparison are loaded
-    from profiler.compare import Comparison
+    from profiler.analyse.compare import Comparison
+    from profiler.core.measurement import Measurement, Rank
     from profiler.logs.reserve import LogReservation
-    from profiler.measurement import Measurement, Rank
-    from profiler.store import RunContext
+    from profiler.results.store import RunContext
 
 
 @dataclass(frozen=True, slots=True)
@@ -491,8 +491,8 @@ def ingest(
     logs = read_logs(files, jobs=jobs, progress=(lambda n: bars[0].update(n) if bars else None) if show else None)
     from contextlib import nullcontext
 
-    from profiler.compare import compare  # noqa: F401  loaded while the workers (if any) read
-    from profiler.ui import progress as progress_bar
+    from profiler.analyse.compare import compare  # noqa: F401  loaded while the workers (if any) read
+    from profiler.core.ui import progress as progress_bar
 
     bar_cm = progress_bar(total, "ingest", unit="bytes") if show else nullcontext()
     with bar_cm as bar:
@@ -513,9 +513,9 @@ def judge(m: Measurement, *, margin_mib: float = 1024.0) -> tuple[Comparison, Ju
 
     The fraction reported is the run's own (printed, implied, or computed with the exact rules), never the
     heuristic's fallback; the wasteful yardstick is the largest activation reserve over the candidates."""
-    from profiler.compare import compare, spare
+    from profiler.analyse.compare import compare, spare
+    from profiler.analyse.verdict import run_verdict, runtime_need
     from profiler.logs.reserve import log_reservation
-    from profiler.verdict import run_verdict, runtime_need
 
     lr = log_reservation(m)
     m.mfs, m.mfs_origin, m.mfs_how = lr.mfs, lr.mfs_origin, lr.mfs_how
@@ -536,7 +536,7 @@ def judge(m: Measurement, *, margin_mib: float = 1024.0) -> tuple[Comparison, Ju
 
 def log_context(m: Measurement, c: Comparison) -> RunContext:
     """What a log says about the scenario (resolved args), for the store's grouping and calibration columns."""
-    from profiler.store import RunContext
+    from profiler.results.store import RunContext
 
     a = m.args
 
@@ -572,7 +572,7 @@ _FIGURES = ("weights_mib", "kv_mib", "kv_tokens", "graph_mib")
 def rows_for(m: Measurement, c: Comparison, per_rank: bool = False, judged: Judged | None = None) -> list[IngestRow]:
     """The row of a run (its rank closest to OOM), or one row per rank. A figure the row's rank does not
     print is taken from the first rank that does, and `figures_from` says so."""
-    from profiler.compare import rank_figures, worst_rank
+    from profiler.analyse.compare import rank_figures, worst_rank
 
     i = m.identity
     file, _, run = m.id.rpartition("#")
@@ -623,7 +623,7 @@ def rows_for(m: Measurement, c: Comparison, per_rank: bool = False, judged: Judg
 
 
 def _figures(m: Measurement, r: Rank | None, borrow: bool) -> tuple[dict[str, Any], list[str]]:
-    from profiler.compare import rank_figures
+    from profiler.analyse.compare import rank_figures
 
     fig = rank_figures(r)
     taken: list[str] = []
@@ -699,8 +699,8 @@ def _reserved(r: IngestRow) -> str:
 
 
 def render_table(rows: list[IngestRow]) -> str:
-    """The terminal table (profiler.ui: rich on a TTY, Markdown off it); every column's notes in the caption."""
-    from profiler.ui import table
+    """The terminal table (profiler.core.ui: rich on a TTY, Markdown off it); every column's notes in the caption."""
+    from profiler.core.ui import table
 
     head = ["run", "rank", "model", "gpu", "mode", "tp/dp/ep", "release", "rules", "mfs", "reserved", "weights",
             "kv", "graph", "headroom", "need", "state", "verdict", "unparsed"]  # fmt: skip
@@ -757,7 +757,7 @@ def run_ingest(
     Exit status 2 when no input holds a server run (each file's line says what it held)."""
     store = None
     if out is not None and (Path(out).is_dir() or not Path(out).suffix):
-        from profiler.store import Store
+        from profiler.results.store import Store
 
         store = Store(out)
         store.init({"kind": "ingest", "inputs": [str(p) for p in paths]})

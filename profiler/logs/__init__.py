@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from profiler.errors import MemfracError
+from profiler.core.errors import MemfracError
 from profiler.logs.inputs import LOG_SUFFIXES, content_kind, log_files, open_chunks, sniff
 from profiler.logs.lines import (
     CHUNK_BYTES,
@@ -36,7 +36,7 @@ from profiler.logs.lines import (
 )
 
 if TYPE_CHECKING:
-    from profiler.measurement import Measurement
+    from profiler.core.measurement import Measurement
 
 __all__ = ["LOG_SUFFIXES", "LogFile", "iter_measurements", "log_files", "parse_log", "read_log", "read_ranges"]
 

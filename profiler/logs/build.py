@@ -23,6 +23,7 @@ import calendar
 import re
 import time
 
+from profiler.core.measurement import LadderPoint, Measurement, Phase, Snapshot
 from profiler.logs.failures import (
     DEFINITIVE,
     OOM_FIELDS,
@@ -33,13 +34,13 @@ from profiler.logs.failures import (
     evidence,
     failure_kind,
 )
-from profiler.logs.identity import VersionCue, finalize_run, version_cue
-from profiler.logs.launchcmd import LaunchCommand, is_launch_command, parse_launch_command
-from profiler.logs.lines import LineScanner, Prefixed, PrefixLearner, rank_numbers, split_glued
+from profiler.logs.identity import finalize_run, version_cue
+from profiler.logs.launchcmd import is_launch_command, parse_launch_command
+from profiler.logs.lines import LineScanner, Prefixed, PrefixLearner, split_glued
 from profiler.logs.oom import is_complete, parse_oom
 from profiler.logs.patterns import GRAPH_PHASES, KNOWN, MEMORYISH, TRAFFIC_HEADS, Event, classify, traffic
+from profiler.logs.run import VersionCue, _RankState, _Run
 from profiler.logs.serverargs import ServerArgsRepr, parse_server_args
-from profiler.measurement import LadderPoint, Measurement, Phase, Rank, Snapshot
 
 GIB = 1024.0
 RESOLUTION_MIB = 10.24  # sglang prints GiB with two decimals: ±0.005 GiB, a step of 10.24 MiB
@@ -57,82 +58,6 @@ _PEAKS = {k: f"peak_{k}" for k in ("running_req", "queue_req", "tokens", "token_
 # (srt/layers/moe/fused_moe_triton: get_config_file_name uses torch.cuda.get_device_name with "_" for " ").
 _DEVICE = re.compile(r"device_name=([A-Za-z][\w\-]*?)(?:,|\.json|\s|$)")
 _QUIET_KINDS = frozenset({"end", "note", "kv", "ladder"})  # events that never start a run by themselves
-
-
-class _RankState:
-    __slots__ = ("fs", "last_key", "last_n", "open", "pid", "rank", "tb")
-
-    def __init__(self, label: str) -> None:
-        self.rank = Rank(label=label, **rank_numbers(label))
-        self.open: dict[str, Phase] = {}
-        self.last_key: str | None = None  # "date hms" of the last phase line, to spot time going back
-        self.fs: FailureState | None = None
-        self.tb = False  # inside a traceback printed for this rank
-        self.last_n: int | None = None  # tqdm counter of the last ladder point
-        self.pid: int | None = None  # process id from the line prefix (journald, ray), when there is one
-
-
-class _Run:
-    __slots__ = (
-        "arch_hint",
-        "cmd",
-        "cues",
-        "device_hint",
-        "fired_line",
-        "first_line",
-        "floating",
-        "formats",
-        "index",
-        "last_line",
-        "m",
-        "mode_hint",
-        "model_hint",
-        "ranks",
-        "ready_line",
-        "resolved",
-        "server_args",
-        "server_pid",
-        "serving",
-        "serving_ranks",
-    )
-
-    def __init__(self, index: int, file_name: str, origin: str) -> None:
-        self.index = index
-        self.m = Measurement(id=f"{file_name}#{index}", source="log", origin=origin)
-        self.ranks: dict[str, _RankState] = {}
-        self.server_args: ServerArgsRepr | None = None
-        self.cmd: LaunchCommand | None = None
-        self.ready_line: int | None = None
-        self.fired_line: int | None = None  # "The server is fired up and ready to roll!"
-        self.first_line: int | None = None
-        self.last_line: int | None = None
-        self.floating: FailureState | None = None  # failure lines seen before any rank
-        self.arch_hint: tuple[str, int] | None = None
-        self.model_hint: tuple[str, int] | None = None
-        self.resolved: dict[str, tuple[int, int]] = {}  # "dp_size" → (value, line) from sglang's own warnings
-        self.server_pid: int | None = None  # uvicorn's "Started server process [PID]"
-        self.formats: dict[str, int] = {}  # dated line formats seen (profiler.logs.formats) → first line
-        self.cues: list[tuple[int, VersionCue]] = []  # releases the text states, with their lines
-        self.serving: dict[str, object] = {}  # serving traffic: peaks, retractions (see _serve)
-        self.serving_ranks: set[str] = set()
-        self.mode_hint: tuple[str, int] | None = None  # PD role from a role-only message
-        self.device_hint: tuple[str, int] | None = None  # GPU product name from a kernel-config path
-
-    def has_phases(self) -> bool:
-        return any(rs.rank.phases for rs in self.ranks.values())
-
-    def failed_at(self) -> int | None:
-        """Line of a definitive failure in this run (any rank, or not yet placed), else None."""
-        states = [rs.fs for rs in self.ranks.values() if rs.fs is not None]
-        if self.floating is not None:
-            states.append(self.floating)
-        lines = [fs.failure.line or 0 for fs in states if not fs.tentative]
-        return min(lines) if lines else None
-
-    def touch(self, line: int) -> None:
-        if self.first_line is None:
-            self.first_line = line
-        self.last_line = line
 
 
 class LogBuilder:

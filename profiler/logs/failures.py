@@ -12,10 +12,10 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
+from profiler.core.measurement import Failure
 from profiler.logs.launchcmd import is_launch_command
 from profiler.logs.oom import is_complete
 from profiler.logs.patterns import GRAPH_PHASES, graph_phase
-from profiler.measurement import Failure
 
 OOM_WINDOW_LINES = 80  # a wrapped OOM message: at most this many lines (and OOM_WINDOW_CHARS) are joined
 OOM_WINDOW_CHARS = 3000

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import copy
 import re
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any
 
-from profiler.gpus import gpu_from_smi_name, gpus_near_capacity
+from profiler.core.measurement import Identity, Measurement, Rank
 from profiler.logs.formats import BY_KEY as FORMAT_SPANS
 from profiler.logs.formats import (
     NEWEST,
@@ -23,25 +23,13 @@ from profiler.logs.formats import (
     releases_between,
 )
 from profiler.logs.printed import Fraction, implied_fraction, log_args, printed_fraction
+from profiler.logs.run import VersionCue, _Run
 from profiler.logs.state import startup_state
-from profiler.measurement import Identity, Measurement, Rank
-
-if TYPE_CHECKING:
-    from profiler.logs.build import _Run
+from profiler.model.gpus import gpu_from_smi_name, gpus_near_capacity
 
 _V = r"v?(\d+\.\d+\.\d+(?:\.post\d+|rc\d+|\.dev\d+)?)"
 _TOTAL_NOTE = ("GPU total from the OOM message's 'total capacity' (torch's total: about 0.6% below "
                "nvidia-smi memory.total, which the heuristic uses)")  # fmt: skip
-
-
-class VersionCue(NamedTuple):
-    """A release the text states, and how. `trust`: 0 strongest (server_info) … 4 weakest (a pip command)."""
-
-    version: str
-    how: str
-    trust: int
-    dev: bool = False  # a dev/nightly image built from main after `version` (before the next release)
-    at_least: bool = False  # "sglang>=X": a lower bound only
 
 
 # (trust, how, pattern); the first pattern that matches a line wins. Not versions: /sgl-workspace/… paths,

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from profiler.errors import MemfracError
+from profiler.core.errors import MemfracError
 
 CHUNK_BYTES = 4 << 20
 SNIFF_BYTES = 8192

@@ -34,7 +34,7 @@ from functools import lru_cache
 from itertools import accumulate, pairwise
 from typing import Any, NamedTuple
 
-from profiler.errors import MemfracError
+from profiler.core.errors import MemfracError
 
 CHUNK_BYTES = 4 << 20
 MAX_LINE_BYTES = 1 << 20  # a longer "line" (no newline at all) is cut so memory stays bounded

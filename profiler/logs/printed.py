@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from profiler.measurement import Measurement, Phase, Rank
+from profiler.core.measurement import Measurement, Phase, Rank
 
 GIB = 1024.0
 PRINT_GIB = 0.005  # sglang prints GiB with two decimals: each number is ±0.005 GiB

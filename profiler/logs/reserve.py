@@ -18,8 +18,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from profiler.errors import MemfracError
-from profiler.heuristic import (
+from profiler.core.errors import MemfracError
+from profiler.core.measurement import Measurement
+from profiler.logs import formats
+from profiler.logs.printed import RESOLVED_AFTER_HEURISTIC
+from profiler.model.heuristic import (
     DEFAULT_RULES,
     TERM_NAMES,
     Reservation,
@@ -28,10 +31,7 @@ from profiler.heuristic import (
     reserve,
     rules_for,
 )
-from profiler.heuristic.rules import RULE_SETS
-from profiler.logs import formats
-from profiler.logs.printed import RESOLVED_AFTER_HEURISTIC
-from profiler.measurement import Measurement
+from profiler.model.heuristic.rules import RULE_SETS
 
 _MATCH_TOL = 0.0005  # sglang rounds its auto fraction to 3 decimals (0.4.x printed it unrounded)
 
@@ -110,7 +110,7 @@ def _basis(res: Reservation, fallback: bool) -> str:
 def _versions_between(first: str | None, last: str | None) -> list[str]:
     """Releases in [first, last], from the release table when memfrac has one, else the log-format table."""
     try:
-        from profiler.heuristic import releases as rel  # type: ignore[attr-defined]
+        from profiler.model.heuristic import releases as rel  # type: ignore[attr-defined]
     except ImportError:
         return formats.releases_between(first, last)
     lo, hi = first or rel.RELEASES[0].version, last or rel.RELEASES[-1].version

@@ -3,7 +3,7 @@
 Why: a verdict on headroom is only meaningful once startup has finished — the graphs captured, the last
 phase's free memory read. Excerpts are cut anywhere (mid-capture, right after the KV pool); a capture can
 abort without a readable exception; sglang can profile a negative KV budget. Each of these has its own
-state, and the verdict (`profiler.verdict`) reads it first.
+state, and the verdict (`profiler.analyse.verdict`) reads it first.
 
 - finished: a ready line (`max_total_num_tokens=… available_gpu_mem=…`), "The server is fired up and ready
   to roll!", serving traffic, or every capture that began has ended (then the ready line is simply not in
@@ -17,8 +17,8 @@ state, and the verdict (`profiler.verdict`) reads it first.
 
 from __future__ import annotations
 
+from profiler.core.measurement import Measurement, Phase, Rank
 from profiler.logs.patterns import GRAPH_PHASES
-from profiler.measurement import Measurement, Phase, Rank
 
 _GIB = 1024.0
 

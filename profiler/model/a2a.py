@@ -10,15 +10,15 @@ dispatch (inside warmup or graph capture, after the KV pool took its share).
 Sizes here are pure functions of what sglang passes to the backend's constructor, mirroring the package's
 own size function or layout code, each citing its source. Where no formula can be written honestly the
 size is `None` with the reason (`Backend.unsized_reason`), never a default. `size_for` dispatches per
-backend; `inputs_for` derives the inputs from a scenario the way sglang does (EP group = tp, the
+backend; `a2a_inputs.inputs_for` derives the inputs from a scenario the way sglang does (EP group = tp, the
 backend's dispatch-capacity environment variable, sglang's default when it is unset).
 
 Per backend (sources: sglang 0.5.23 `srt/layers/moe/token_dispatcher/*.py` for what is passed):
 
 | backend | buffer | formula source |
 |---|---|---|
-| deepep | NVL (normal) + RDMA (low latency) + 32 MiB workspace | profiler.deepep (sgl-deep-ep 0.1.2.post1) |
-| deepep_v2 | NCCL symmetric window: workspace + ElasticBuffer | profiler.deepep.v2_* (DeepEP @ 099d5f2b) |
+| deepep | NVL (normal) + RDMA (low latency) + 32 MiB workspace | profiler.model.deepep (sgl-deep-ep 0.1.2.post1) |
+| deepep_v2 | NCCL symmetric window: workspace + ElasticBuffer | profiler.model.deepep.v2_* (DeepEP @ 099d5f2b) |
 | mooncake | GDR buffer + 32 MiB workspace | Mooncake mooncake-ep/include/mooncake_ep_buffer.h |
 | nixl | RDMA buffer + 32 MiB workspace | nixl examples/device/ep/csrc/config.hpp |
 | pplx | per-peer send buffers + bookkeeping | pplx-kernels csrc/all_to_all/{intranode,internode}.cpp |
@@ -30,15 +30,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from profiler import deepep
-
-if TYPE_CHECKING:
-    from profiler.heuristic.record import Reservation
-    from profiler.scenario import Scenario
+from profiler.model import deepep
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -355,7 +351,7 @@ def size_for(inp: A2AInputs) -> A2ASize:
                 )
             )  # fmt: skip
         except ValueError as e:
-            return A2ASize("deepep", t, None, None, source="profiler.deepep", fails=str(e))
+            return A2ASize("deepep", t, None, None, source="profiler.model.deepep", fails=str(e))
         parts = (
             ("nvl_bytes", s.num_nvl_bytes + s.nvl_metadata),
             ("rdma_bytes", s.num_rdma_bytes),
@@ -363,7 +359,7 @@ def size_for(inp: A2AInputs) -> A2ASize:
         )
         return A2ASize(
             "deepep", t, s.analytic_bytes, s.total_bytes, parts,
-            "profiler.deepep (sgl-deep-ep 0.1.2.post1 csrc/legacy/config.hpp, buffer.hpp)",
+            "profiler.model.deepep (sgl-deep-ep 0.1.2.post1 csrc/legacy/config.hpp, buffer.hpp)",
             "device bytes round the RDMA buffer up to NVSHMEM's 512 MiB heap granules; NVSHMEM's own state is not "
             "counted",
         )  # fmt: skip
@@ -378,7 +374,7 @@ def size_for(inp: A2AInputs) -> A2ASize:
         ws = deepep.v2_workspace_bytes()
         return A2ASize(
             "deepep_v2", t, buf + ws, buf + ws, (("elastic_buffer_bytes", buf), ("workspace_bytes", ws)),
-            "profiler.deepep.v2_elastic_buffer_bytes (DeepEP @ 099d5f2b csrc/elastic/buffer.hpp)",
+            "profiler.model.deepep.v2_elastic_buffer_bytes (DeepEP @ 099d5f2b csrc/elastic/buffer.hpp)",
             f"{'hybrid' if hybrid else 'direct'} mode, {'FP8' if inp.fp8_dispatch else 'BF16'} dispatch; the host "
             "workspace (cudaMallocHost) and NCCL's own window state are not counted",
         )  # fmt: skip
@@ -389,10 +385,10 @@ def size_for(inp: A2AInputs) -> A2ASize:
         )  # fmt: skip
         if b.name == "mooncake":
             buf = mooncake_ep_buffer_bytes(t, inp.hidden, inp.num_ranks, inp.num_experts)
-            src = "profiler.a2a.mooncake_ep_buffer_bytes (Mooncake mooncake-ep/include/mooncake_ep_buffer.h)"
+            src = "profiler.model.a2a.mooncake_ep_buffer_bytes (Mooncake mooncake-ep/include/mooncake_ep_buffer.h)"
         else:
             buf = nixl_ep_rdma_buffer_bytes(t, inp.hidden, inp.num_ranks, inp.num_experts)
-            src = "profiler.a2a.nixl_ep_rdma_buffer_bytes (nixl examples/device/ep/csrc/config.hpp)"
+            src = "profiler.model.a2a.nixl_ep_rdma_buffer_bytes (nixl examples/device/ep/csrc/config.hpp)"
         total = buf + WORKSPACE_32MIB_BYTES
         return A2ASize(
             b.name, t, total, total, (("buffer_bytes", buf), ("workspace_bytes", WORKSPACE_32MIB_BYTES)), src,
@@ -407,10 +403,10 @@ def size_for(inp: A2AInputs) -> A2ASize:
         if inp.nnodes > 1:
             dp_size = max(1, inp.num_ranks // max(1, inp.attn_dp))
             buf = pplx_internode_bytes(t, inp.num_experts, inp.num_ranks, dp_size, inp.hidden, hidden_bytes, scale)
-            src = "profiler.a2a.pplx_internode_bytes (pplx-kernels csrc/all_to_all/internode.cpp)"
+            src = "profiler.model.a2a.pplx_internode_bytes (pplx-kernels csrc/all_to_all/internode.cpp)"
         else:
             buf = pplx_intranode_bytes(t, inp.num_experts, inp.num_ranks, inp.hidden, hidden_bytes, scale)
-            src = "profiler.a2a.pplx_intranode_bytes (pplx-kernels csrc/all_to_all/intranode.cpp)"
+            src = "profiler.model.a2a.pplx_intranode_bytes (pplx-kernels csrc/all_to_all/intranode.cpp)"
         return A2ASize(
             "pplx", t, buf, buf, (("buffer_bytes", buf),), src,
             "NVSHMEM's heap (nvshmem_init) and cudaMalloc page rounding are not counted", fails,
@@ -421,7 +417,7 @@ def size_for(inp: A2AInputs) -> A2ASize:
         fails = "" if inp.topk <= FLASHINFER_MAX_TOPK else f"top-k {inp.topk} > flashinfer's kMaxTopK 22"
         return A2ASize(
             "flashinfer", t, ws, ws, (("workspace_bytes", ws),),
-            "profiler.a2a.flashinfer_workspace_bytes_per_rank (flashinfer 0.7.2 comm/trtllm_moe_alltoall.py)",
+            "profiler.model.a2a.flashinfer_workspace_bytes_per_rank (flashinfer 0.7.2 comm/trtllm_moe_alltoall.py)",
             "BF16 dispatch (NVFP4/MXFP8 dispatch never shrinks it: sglang takes the max with BF16); MNNVL page "
             "rounding is not counted", fails,
         )  # fmt: skip
@@ -453,94 +449,6 @@ def default_tokens(b: Backend, chunk_per_dp: int) -> int | None:
     if b.name == "flashinfer_megamoe":
         return None  # derived from cutedsl_moe_max_num_tokens() at runtime (1024 when it cannot)
     return b.tokens_default
-
-
-def tokens_for(s: Scenario, b: Backend, chunk: int | None = None) -> int | None:
-    """The dispatch capacity of scenario `s`: its environment variable, else sglang's default."""
-    if b.tokens_env is None:
-        return None
-    env = s.env_dict
-    if b.tokens_env in env:
-        try:
-            return int(env[b.tokens_env])
-        except ValueError:
-            return None
-    per_dp = (chunk or 0) // max(1, s.attn_dp) if (chunk or 0) > 0 else 0
-    return default_tokens(b, per_dp)
-
-
-@dataclass(frozen=True, slots=True)
-class A2AReport:
-    """A scenario's all-to-all buffer beside what the heuristic reserved for it."""
-
-    size: A2ASize
-    reserve_mib: float  # the deepep terms (deepep_a2a + prefill_bcg_deepep) the heuristic added for it
-    reserved_total_mib: float  # every non-KV term of the reservation
-    inputs: A2AInputs | None = None
-    notes: tuple[str, ...] = field(default_factory=tuple)
-
-    @property
-    def excess_mib(self) -> float | None:
-        """Buffer beyond its own reserve (positive: under-reserved)."""
-        d = self.size.device_mib
-        return None if d is None else d - self.reserve_mib
-
-    @property
-    def verdict(self) -> str:
-        d = self.size.device_mib
-        if self.size.fails:
-            return "fails"
-        if d is None:
-            return "unknown"
-        if d > self.reserved_total_mib:
-            return "oom"  # larger than every non-KV term together: nothing else can absorb it
-        return "over_reserve" if d > self.reserve_mib else "fits"
-
-
-def a2a_reserve_mib(r: Reservation) -> float:
-    """What the heuristic added for the all-to-all buffer: the deepep terms (0 for every other backend)."""
-    t = {x.name: x for x in r.terms}
-    return sum(t[n].mib for n in ("deepep_a2a", "prefill_bcg_deepep") if n in t and t[n].on)
-
-
-def inputs_for(s: Scenario, chunk: int | None = None) -> A2AInputs | None:
-    """The buffer inputs of scenario `s` (None for backend none or a model without experts)."""
-    b = backend(s.moe_a2a_backend)
-    sh = s.shape
-    if b.name == "none" or not sh.is_moe:
-        return None
-    t = tokens_for(s, b, chunk)
-    return A2AInputs(
-        backend=b.name,
-        hidden=sh.hidden_size,
-        num_experts=sh.num_experts,
-        topk=model_topk(s.model_path),
-        num_ranks=s.tp,  # _a2a_ep_size: ep_size = tp_size
-        tokens_per_rank=t if t is not None else 0,
-        deepep_mode=s.deepep_mode,
-        deepep_v2_mode=s.deepep_v2_mode,
-        attn_dp=s.attn_dp,
-        nnodes=max(1, -(-s.tp // 8)),
-    )
-
-
-def report_for(s: Scenario, r: Reservation) -> A2AReport | None:
-    """Size the scenario's buffer and set it beside the reservation (None without a backend)."""
-    b = backend(s.moe_a2a_backend)
-    if b.name == "none":
-        return None
-    inp = inputs_for(s, r.resolved.chunked_prefill_size)
-    notes: list[str] = []
-    if inp is None:
-        size = A2ASize(b.name, None, None, None, note=f"model {s.model} has no routed experts: nothing to dispatch")
-    elif inp.num_ranks < 2 and b.name not in ("megamoe",):
-        size = size_for(inp)
-        notes.append("EP group of 1 GPU: sglang builds the buffer all the same (ep_size = tp_size = 1)")
-    else:
-        size = size_for(inp)
-    if inp is not None and inp.nnodes > 1:
-        notes.append(f"tp {s.tp} spans {inp.nnodes} nodes of 8 GPUs (assumed)")
-    return A2AReport(size, a2a_reserve_mib(r), r.reserved_mib, inp, tuple(notes))
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -575,7 +483,7 @@ def size_from_call(name: str, args: Mapping[str, Any]) -> A2ASize | None:
                 "pplx", int(g("max_num_tokens")),
                 *(2 * [pplx_intranode_bytes(int(g("max_num_tokens")), int(g("num_experts")), ranks, hidden,
                                             int(g("hidden_dim_bytes")), int(g("hidden_dim_scale_bytes") or 0))]),
-                source="profiler.a2a.pplx_intranode_bytes (intranode assumed)",
+                source="profiler.model.a2a.pplx_intranode_bytes (intranode assumed)",
             )  # fmt: skip
         elif name == "flashinfer":
             return None  # sglang computes the workspace itself: reported_bytes reads it

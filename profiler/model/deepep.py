@@ -27,8 +27,10 @@ Only the standard library is imported; ``deep_ep`` is imported lazily in
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
@@ -612,3 +614,34 @@ def v2_elastic_buffer_bytes(
         send = 1 if allow_multiple_reduction else topk
         combine = up * scaleout * t * c_tok + out * t * c_tok + send * scaleout * (t + _V2_MAX_CHANNELS) * c_tok
     return _align_up(max(dispatch, combine), V2_ALIGNMENT_BYTES)
+
+
+@dataclass(frozen=True, slots=True)
+class DeepEPExample:
+    """profiler.model.deepep's size of one model's DeepEP buffer, and the fitted reserve for it (when there is one)."""
+
+    model: str
+    hidden: int
+    experts: int
+    tokens: int
+    analytic_mib: float
+    heap_rounded_mib: float  # the RDMA buffer in NVSHMEM's 512 MiB granules
+    fitted_mib: float | None = None
+
+
+def deepep_examples(models_dir: Path, tokens: Sequence[int] = (128, 256), ranks: int = 8) -> list[DeepEPExample]:
+    """profiler.model.deepep sizes of every MoE model config under `models_dir`, per dispatch size T (mode auto)."""
+    out = []
+    for cfg_path in sorted(models_dir.glob("*/config.json")):
+        try:
+            cfg = json.loads(cfg_path.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        for t in tokens:
+            try:
+                s = analytic_sizes(inputs_from_model_config(cfg, tokens_per_rank=t, num_ranks=ranks, mode="auto"))
+            except ValueError:  # not an MoE model, or a shape DeepEP rejects
+                break
+            name = cfg_path.parent.name.replace("--", "/")
+            out.append(DeepEPExample(name, s.inputs.hidden, s.inputs.num_experts, t, s.analytic_mib, s.total_mib))
+    return out

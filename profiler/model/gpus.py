@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from profiler.errors import MemfracError
+from profiler.core.errors import MemfracError
 
 
 @dataclass(frozen=True, slots=True)

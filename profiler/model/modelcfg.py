@@ -15,7 +15,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from profiler.errors import MemfracError
+from profiler.core.errors import MemfracError
 
 # Architectures SGLang serves with its MLA attention (sglang/srt/configs/model_config.py, 0.5.23).
 MLA_ARCHITECTURES = frozenset(

@@ -24,9 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from profiler.heuristic import RuleSet, inputs_from_scenario, reserve
-from profiler.heuristic.record import Reservation
-from profiler.scenario import Scenario
+from profiler.model.heuristic import RuleSet, inputs_from_scenario, reserve
+from profiler.model.heuristic.record import Reservation
+from profiler.model.scenario import Scenario
 
 MIB = 1 << 20
 

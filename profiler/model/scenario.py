@@ -17,10 +17,10 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from profiler.a2a import A2A_BACKENDS, BACKENDS
-from profiler.errors import MemfracError, ScenarioError
-from profiler.gpus import Gpu, gpu_by_name, gpu_from_mib, known_gpus
-from profiler.modelcfg import ModelShape, load_model_shape
+from profiler.core.errors import MemfracError, ScenarioError
+from profiler.model.a2a import A2A_BACKENDS, BACKENDS
+from profiler.model.gpus import Gpu, gpu_by_name, gpu_from_mib, known_gpus
+from profiler.model.modelcfg import ModelShape, load_model_shape
 
 Mode = Literal["null", "prefill", "decode"]
 MODES = ("null", "prefill", "decode")
@@ -32,7 +32,7 @@ POST_CAPTURE_ENV = "SGLANG_ENABLE_POST_CAPTURE_KV_SIZING"
 SPEC_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
 
 #: Where bundled model configs live; a scenario's `model` is a directory name under it (or a path).
-BUNDLED_MODELS = Path(__file__).resolve().parent.parent / "scenarios" / "models"
+BUNDLED_MODELS = Path(__file__).resolve().parents[2] / "scenarios" / "models"
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,7 +258,7 @@ _SCALAR_KEYS: dict[str, tuple[Callable, str]] = {
 _TABLES = {"decode_graph": _GRAPH_KEYS, "prefill_graph": _GRAPH_KEYS, "run": _RUN_KEYS}
 _SPECIAL = {"model", "gpu", "matrix"}
 # Cross-key rules (attn_dp divides tp, speculative settings, context_length ≤ the model's, …) are sglang's:
-# `profiler.validation` resolves every scenario with the real resolver before anything starts.
+# `profiler.engine.validation` resolves every scenario with the real resolver before anything starts.
 ALL_KEYS = sorted([*_SCALAR_KEYS, *_TABLES, *_SPECIAL])
 
 

@@ -3,7 +3,7 @@
     RESULTS/
       results.parquet     one row per run × term (plus a `total` row per run), typed, schema-versioned
       ladder.parquet      decode-graph memory per captured batch size, one row per run × bs, in capture order
-      ledger.parquet      the books of each run's ranks at their worst point (profiler.ledger), one row per line
+      ledger.parquet      the books of each run's ranks at their worst point (profiler.analyse.ledger), one row per line
       measurements/       the Measurement records (JSON), one per run
       raw/                artifacts of runs (sglang log, probe JSONL, server_info, …), one folder per run
       environment.json    GPU model and count, driver, CUDA, torch, sglang, deep_ep, PYTORCH_CUDA_ALLOC_CONF
@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import subprocess
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -30,10 +29,11 @@ from typing import Any
 import pandas as pd
 
 from profiler import __version__
-from profiler.compare import Comparison
-from profiler.errors import MemfracError
-from profiler.measurement import Measurement
-from profiler.provenance import defaulted_inputs
+from profiler.analyse.compare import Comparison
+from profiler.core.errors import MemfracError
+from profiler.core.measurement import Measurement
+from profiler.core.provenance import defaulted_inputs
+from profiler.measure.machine import gpu_inventory
 
 SCHEMA_VERSION = 1
 
@@ -90,7 +90,7 @@ RESULT_COLUMNS: dict[str, str] = {
     "decode_max_bs": "Int64",
     "chunked_prefill_size": "Int64",
     "deepep_tokens": "Int64",
-    "deepep_analytic_mib": "float64",  # DeepEP buffers as sized (NVL + RDMA + workspace), profiler.deepep
+    "deepep_analytic_mib": "float64",  # DeepEP buffers as sized (NVL + RDMA + workspace), profiler.model.deepep
     "deepep_device_mib": "float64",  # the same with RDMA rounded to NVSHMEM's 512 MiB heap granules
     "derived_from": "string",  # set when a sweep did not start this scenario but estimated it from that run's ladder
     "hidden_size": "Int64",
@@ -98,7 +98,7 @@ RESULT_COLUMNS: dict[str, str] = {
     # heuristic inputs taken from defaults rather than read (comma-separated; "" = all read; NA = unknown):
     # calibration fits a term only from runs whose inputs for that term were read
     "defaulted_inputs": "string",
-    # what post-capture KV sizing (SGLANG_ENABLE_POST_CAPTURE_KV_SIZING) would have changed (profiler.postcapture)
+    # what post-capture KV sizing (SGLANG_ENABLE_POST_CAPTURE_KV_SIZING) would have changed (profiler.model.postcapture)
     "post_capture_kv_tokens": "Int64",  # KV tokens gained (negative: lost)
     "post_capture_oom_avoided": "boolean",
     "post_capture_how": "string",
@@ -349,28 +349,8 @@ def environment() -> dict[str, Any]:
         "versions": _versions(),
         "PYTORCH_CUDA_ALLOC_CONF": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
         "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES"),
-        "gpus": [],
-        "driver": None,
-        "cuda": None,
     }
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=30,
-        )  # fmt: skip
-        if out.returncode == 0:
-            for line in out.stdout.strip().splitlines():
-                name, mem, drv = (x.strip() for x in line.split(","))
-                env["gpus"].append({"name": name, "memory_total_mib": float(mem)})
-                env["driver"] = drv
-    except (OSError, subprocess.TimeoutExpired, ValueError):
-        pass
-    try:
-        txt = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=30).stdout
-        for tok in txt.split("CUDA Version:")[1:2]:
-            env["cuda"] = tok.split()[0]
-    except (OSError, subprocess.TimeoutExpired):
-        pass
+    env.update(gpu_inventory())
     env["gpu_count"] = len(env["gpus"])
     return env
 

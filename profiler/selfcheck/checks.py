@@ -29,7 +29,7 @@ under `roundup_power2_divisions`; with `expandable_segments:True` torch maps 20 
 **worker life** — the whole probe pipeline on a real device: a worker's life shaped like sglang 0.5.23's, in
 this process, driven through the plugin's own hook functions into the real `Recorder`, written as probe JSONL,
 read back by `read_probe_dir`, and judged by `compare` and the `ledger`: the books close and every line equals
-the bytes the life allocated for it. The life, its sizes and its tolerances are in `profiler/selfcheck_life.py`.
+the bytes the life allocated for it. The life, its sizes and its tolerances are in `profiler/selfcheck/life.py`.
 
 NVML's per-process delta is reported beside the others but never decides a check (containers hide PIDs, MIG
 hides per-process usage); a disagreement with the driver is named in the check's note.
@@ -46,7 +46,7 @@ hides per-process usage); a disagreement with the driver is named in the check's
                 reading (None: no reading); expected_by_layer: the layers compared and what each must read
     ledger      the worker life's books, `Ledger.as_dict()` (None when the life did not run)
     readings    what the judges ran on: {"attribution": {check: snapshots}, "life": {truth, probe_records}} —
-                `judge_readings(doc["readings"])` re-judges a recorded run on any machine
+                `run.judge_readings(doc["readings"])` re-judges a recorded run on any machine
 
 Exit status: 0 every check passed, 1 a check failed, 2 no CUDA device (or too little free memory for the
 worker life) — one line on stderr, nothing on stdout.
@@ -61,20 +61,17 @@ import contextlib
 import ctypes
 import ctypes.util
 import gc
-import json
 import os
 import site
 import sys
-import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from profiler.errors import MemfracError
-from profiler.measurement import Snapshot
-from profiler.probe.snapshot import Probe
+from profiler.core.errors import MemfracError
+from profiler.core.measurement import Snapshot
+from profiler.measure.probe.snapshot import Probe
 
 MIB = 1 << 20
 REL_TOL = 0.05
@@ -502,22 +499,6 @@ _JUDGES: dict[str, Callable[[Any], list[Check]]] = {
 }
 
 
-def judge_readings(readings: dict[str, Any]) -> tuple[list[Check], Any]:
-    """Re-judge a run from its recorded readings (`--json`'s "readings"): (checks, the life's ledger or None)."""
-    checks: list[Check] = []
-    for name, d in (readings.get(ATTRIBUTION) or {}).items():
-        checks += _JUDGES[name](readings_from_dict(d))
-    ledger = None
-    life = readings.get(LIFE)
-    if life:
-        from profiler.selfcheck_life import LifeTruth, judge_life_records
-
-        res = judge_life_records(life["probe_records"], LifeTruth.from_dict(life["truth"]))
-        checks += res.checks
-        ledger = res.ledger
-    return checks, ledger
-
-
 @dataclass(slots=True)
 class SelfcheckReport:
     """Every check of one run, with what the run found about the machine."""
@@ -562,7 +543,7 @@ class SelfcheckReport:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Rendering (profiler.ui: a box table on a terminal, Markdown otherwise)
+# Rendering (profiler.core.ui: a box table on a terminal, Markdown otherwise)
 
 
 def _cell(c: Check, key: str) -> str:
@@ -581,7 +562,7 @@ def _num(v: float | None) -> str:
 def render_text(report: SelfcheckReport, rich_look: bool | None = None) -> str:
     """The report as tables: attribution checks (compared layers plain, informational ones in (), a compared
     layer out of tolerance marked !), worker-life checks, the life's ledger; notes and the verdict below."""
-    from profiler.ui import table
+    from profiler.core.ui import table
 
     free = f", {report.free_mib:,.0f} free" if report.free_mib is not None else ""
     cuda = f" (CUDA {report.cuda_version})" if report.cuda_version else ""
@@ -974,125 +955,3 @@ def read_peak_reset(torch: Any, probe: Probe, device: int) -> PeakReadings:
 
 # ---------------------------------------------------------------------------------------------------------------
 # The run
-
-
-def _guarded(name: str, fn: Callable[[], list[Check]], torch: Any, group: str = ATTRIBUTION) -> list[Check]:
-    """Run one check; an exception becomes a failed check that names it, and the memory is settled after."""
-    try:
-        return fn()
-    except Exception as e:
-        return [failed(name, f"could not measure: {type(e).__name__}: {e}", group)]
-    finally:
-        with contextlib.suppress(Exception):
-            settle(torch)
-
-
-def _allocator(torch: Any) -> str:
-    try:
-        backend = torch.cuda.get_allocator_backend()
-    except Exception:
-        backend = "?"
-    conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or os.environ.get("PYTORCH_ALLOC_CONF")
-    return f"{backend} (PYTORCH_CUDA_ALLOC_CONF={conf})" if conf else backend
-
-
-def selfcheck(device: int = 0, *, life: bool = True, probe_dir: str | Path | None = None) -> SelfcheckReport:
-    """Run every check on `device`: the attribution checks, then (with `life`) the worker life, whose probe
-    JSONL lands in `probe_dir` (a temporary directory, removed, when None). Raises NoCudaDevice when the device
-    is not visible, NotEnoughFreeMemory when the life would not fit beside what else holds the GPU."""
-    t0 = time.monotonic()
-    why = cuda_unavailable_reason(device)
-    if why:
-        raise NoCudaDevice(why)
-    import torch
-
-    torch.cuda.set_device(device)
-    torch.zeros(1, device=f"cuda:{device}")  # creates the context; the probe never does
-    torch.cuda.synchronize()
-    props = torch.cuda.get_device_properties(device)
-    free_b, _total_b = torch.cuda.mem_get_info(device)
-    report = SelfcheckReport(
-        device=device,
-        device_name=props.name,
-        total_mib=props.total_memory / MIB,
-        torch_version=torch.__version__,
-        allocator=_allocator(torch),
-        free_mib=free_b / MIB,
-        cuda_version=torch.version.cuda,
-    )
-    if life:
-        from profiler.selfcheck_life import free_memory_refusal
-
-        refusal = free_memory_refusal(report.free_mib, device)
-        if refusal:
-            raise NotEnoughFreeMemory(refusal)
-    probe = Probe()
-    recorded: dict[str, Any] = {}
-
-    def run(name: str, read: Callable[[], Any]) -> None:
-        def fn() -> list[Check]:
-            r = read()
-            recorded[name] = readings_as_dict(r)
-            return _JUDGES[name](r)
-
-        report.checks.extend(_guarded(name, fn, torch))
-
-    run("idle", lambda: read_idle(torch, probe))
-    run("torch tensor", lambda: read_torch_tensor(torch, probe, device))
-    rt: CudaRuntime | None = None
-
-    def malloc() -> AllocReadings:
-        nonlocal rt
-        rt = CudaRuntime(find_libcudart(), device)
-        report.libcudart = f"{rt.path} (runtime {rt.version})"
-        return read_cuda_malloc(torch, probe, rt)
-
-    run("cudaMalloc", malloc)
-    run("graph ladder", lambda: read_graph_ladder(torch, probe, device))
-    run("peak reset", lambda: read_peak_reset(torch, probe, device))
-    report.readings[ATTRIBUTION] = recorded
-    if life:
-        _run_life(report, torch, device, rt, probe_dir)
-    report.elapsed_s = time.monotonic() - t0
-    return report
-
-
-def _run_life(report: SelfcheckReport, torch: Any, device: int, rt: CudaRuntime | None, probe_dir: Any) -> None:
-    """The worker life on this device, judged; its checks, ledger and readings join the report."""
-    from profiler.selfcheck_life import judge_life_dir, run_cuda_life
-
-    if rt is None:
-        report.checks.append(failed("worker life", "not run: no CUDA runtime library for its cudaMalloc", LIFE))
-        return
-    with contextlib.ExitStack() as stack:
-        d = Path(probe_dir) if probe_dir is not None else Path(stack.enter_context(tempfile.TemporaryDirectory()))
-        d.mkdir(parents=True, exist_ok=True)
-        try:
-            truth = run_cuda_life(torch, device, rt, d)
-        except Exception as e:
-            report.checks.append(failed("worker life", f"could not run: {type(e).__name__}: {e}", LIFE))
-            return
-        finally:
-            with contextlib.suppress(Exception):
-                settle(torch)
-        res = judge_life_dir(d, truth)
-        report.checks += res.checks
-        report.ledger = res.ledger
-        report.readings[LIFE] = {"truth": truth.as_dict(), "probe_records": res.records}
-
-
-def run_selfcheck(json_out: bool = False, device: int = 0, probe_dir: str | None = None) -> int:
-    """`memfrac selfcheck`: prints the report (tables, or with json_out the JSON document) and returns 0 when
-    every check passes, 1 when one fails, 2 when no CUDA device is visible or the worker life cannot fit
-    (one line on stderr)."""
-    why = cuda_unavailable_reason(device)
-    if why:
-        print(f"memfrac selfcheck: {why}; nothing to check", file=sys.stderr)
-        return 2
-    try:
-        report = selfcheck(device, probe_dir=probe_dir)
-    except MemfracError as e:
-        print(f"memfrac selfcheck: {e}", file=sys.stderr)
-        return 2
-    print(json.dumps(report.as_dict(), indent=1, default=str) if json_out else render_text(report))
-    return 0 if report.passed else 1

@@ -81,14 +81,14 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Protocol
 
-from profiler.compare import compare
-from profiler.heuristic import HeuristicInputs, reserve, rules_for
-from profiler.ledger import Ledger, attribute
-from profiler.measurement import Identity, Measurement, Phase, Rank
-from profiler.probe import plugin
-from profiler.probe.reader import read_probe_dir
-from profiler.probe.recorder import Recorder
-from profiler.selfcheck import LIFE, MIB, Check, failed, verdict
+from profiler.analyse.compare import compare
+from profiler.analyse.ledger import Ledger, attribute
+from profiler.core.measurement import Identity, Measurement, Phase, Rank
+from profiler.measure.probe import plugin
+from profiler.measure.probe.reader import read_probe_dir
+from profiler.measure.probe.recorder import Recorder
+from profiler.model.heuristic import HeuristicInputs, reserve, rules_for
+from profiler.selfcheck.checks import LIFE, MIB, Check, failed, verdict
 
 # ---- the life's plan (MiB unless named otherwise) ---------------------------------------------------------------
 HIDDEN, FFN, LAYERS = 1024, 4096, 4
@@ -719,7 +719,7 @@ class CudaLife:
         return self._mib(self.t.cuda.mem_get_info(self.device)[0])
 
     def _settle(self) -> None:
-        from profiler.selfcheck import settle
+        from profiler.selfcheck.checks import settle
 
         settle(self.t)
 
@@ -920,7 +920,7 @@ def run_cuda_life(torch: Any, device: int, rt: Any, probe_dir: Path) -> LifeTrut
     """The life on `device`: warm-up, then the hooked steps into a real Recorder (real Probe) writing to
     `probe_dir`; everything given back after. torch's reset_peak_memory_stats is restored (the probe's guard
     wraps it for the life)."""
-    from profiler.probe.snapshot import Probe
+    from profiler.measure.probe.snapshot import Probe
 
     life = CudaLife(torch, device, rt)
     original = torch.cuda.reset_peak_memory_stats

@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from profiler.errors import MemfracError
-from profiler.plan import RunGroup
-from profiler.runner.devices import gpu_use, parent_entries, visible_devices
-from profiler.runner.run import RunResult, run_scenario
+from profiler.core.errors import MemfracError
+from profiler.measure.machine import gpu_use, parent_entries, visible_devices
+from profiler.measure.runner.run import RunResult, run_scenario
+from profiler.sweep.plan import RunGroup
 
 NOT_STARTED = "not_started"  # a JobResult/manifest status: the executor never started the worker
 
@@ -294,7 +294,7 @@ def _result_from_dir(d: Path) -> RunResult:
     """Rebuild a RunResult from a run's artifacts (what a remote run sends back)."""
     import json
 
-    from profiler.measurement import Measurement
+    from profiler.core.measurement import Measurement
 
     run = json.loads((d / "run.json").read_text())
     m = Measurement.load(d / "measurement.json")

@@ -11,12 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from profiler.a2a import report_for
-from profiler.errors import MemfracError
-from profiler.explain import kv_budget
-from profiler.heuristic import Reservation, inputs_from_scenario, reserve, rules_for
-from profiler.scenario import Scenario, scenario_dict
-from profiler.validation import Validation
+from profiler.core.errors import MemfracError
+from profiler.engine.validation import Validation
+from profiler.model.a2a_inputs import report_for
+from profiler.model.heuristic import Reservation, inputs_from_scenario, reserve, rules_for
+from profiler.model.kv_budget import kv_budget
+from profiler.model.scenario import Scenario, scenario_dict
 
 
 @dataclass(frozen=True)
@@ -106,12 +106,12 @@ def assign_gpus(
 
 def make_plan(scenarios: list[Scenario], gpus: list[int], release: str = "0.5.23", validate: bool = False) -> Plan:
     """Group, pack and reserve; with `validate`, sglang's own resolver first refuses what it refuses
-    (`profiler.validation.check`: one line per refused scenario, before anything starts)."""
+    (`profiler.engine.validation.check`: one line per refused scenario, before anything starts)."""
     if not scenarios:
         raise MemfracError("no scenarios to sweep")
     validation = None
     if validate:
-        from profiler.validation import check
+        from profiler.engine.validation import check
 
         validation = check(scenarios, release if release != "0.5.23" else None)
     rules = rules_for(release)
@@ -128,8 +128,7 @@ def _gib(x: float) -> str:
 def render_plan(plan: Plan, *, per_term: bool = True) -> str:
     """What --dry-run prints: runs, GPUs each needs, starts saved, sglang's own validation, the heuristic's
     reservation per scenario and each all-to-all buffer beside its reserve."""
-    from profiler import ui
-
+    from profiler.core import ui
     placed, bad = assign_gpus(plan.runs, plan.gpus)
     lines = [
         f"{len(plan.scenarios)} scenarios → {len(plan.runs)} worker starts "
@@ -170,8 +169,8 @@ def render_plan(plan: Plan, *, per_term: bool = True) -> str:
 
 
 def a2a_line(a: object) -> str:
-    """One line: the all-to-all buffer beside its reserve (`profiler.a2a.A2AReport`)."""
-    from profiler.a2a import A2AReport
+    """One line: the all-to-all buffer beside its reserve (`profiler.model.a2a_inputs.A2AReport`)."""
+    from profiler.model.a2a_inputs import A2AReport
 
     assert isinstance(a, A2AReport)
     z = a.size

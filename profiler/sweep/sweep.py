@@ -1,9 +1,7 @@
-"""`memfrac sweep`: plan a scenario file, run it on GPUs (or a Ray cluster), store, summarise.
+"""`memfrac sweep`: plan a scenario file, run it on GPUs (or a Ray cluster, or the CPU), store, summarise.
 
-On a machine without CUDA nothing is measured on a GPU, and the sweep says so in one line, then runs
-what can run honestly: the plan with the heuristic per term for every scenario, one real CPU sglang
-worker as a pipeline smoke run (host memory, labelled as such), the bundled real logs ingested as
-evidence, and the report.
+What a machine without CUDA runs instead (the plan, a CPU smoke worker, the bundled logs, the report) is the
+face's choice: `profiler.face.fallback`.
 """
 
 from __future__ import annotations
@@ -15,20 +13,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from profiler import ui
-from profiler.compare import Comparison, compare, derive_variant, reservation_for
-from profiler.errors import MemfracError
-from profiler.executors import NOT_STARTED, Job, JobResult, LocalExecutor, RayExecutor
-from profiler.gpus import gpu_from_mib
-from profiler.plan import Plan, RunGroup, make_plan, render_plan
-from profiler.runner.devices import default_gpus
-from profiler.runner.worker import cuda_machine
-from profiler.scenario import Scenario, load_scenarios
-from profiler.store import RunContext, Store
+from profiler.analyse.compare import Comparison, compare, derive_variant, reservation_for
+from profiler.core import ui
+from profiler.core.errors import MemfracError
+from profiler.measure.machine import default_gpus, node_gpu_mib
+from profiler.model.a2a_inputs import deepep_sizes_mib
+from profiler.model.gpus import gpu_from_mib
+from profiler.model.scenario import Scenario, load_scenarios
+from profiler.results.store import RunContext, Store
+from profiler.sweep.executors import NOT_STARTED, Job, JobResult, LocalExecutor, RayExecutor
+from profiler.sweep.plan import Plan, RunGroup, make_plan, render_plan
 
-ROOT = Path(__file__).resolve().parent.parent
-CPU_SMOKE = ROOT / "scenarios" / "cpu-smoke-decode.toml"
-BUNDLED_LOGS = ROOT / "tests" / "fixtures" / "logs"
+ROOT = Path(__file__).resolve().parents[2]
 Say = Callable[[str], None]
 
 
@@ -41,23 +37,6 @@ def parse_budget(text: str | None) -> float | None:
         raise MemfracError(f"--budget {text!r}: give a duration like 2h, 90m, 45s or 1h30m")
     h, mi, s = (float(x) if x else 0.0 for x in m.groups())
     return h * 3600 + mi * 60 + s
-
-
-def node_gpu_mib() -> float | None:
-    """memory.total of this node's first GPU (what the heuristic sees here), from nvidia-smi."""
-    import subprocess
-
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-        vals = [float(x) for x in out.stdout.split()]
-        return min(vals) if vals else None
-    except (OSError, ValueError, subprocess.TimeoutExpired):
-        return None
 
 
 def context_for(s: Scenario, res_decode_max_bs: int | None, chunk: int | None) -> RunContext:
@@ -74,9 +53,9 @@ def context_for(s: Scenario, res_decode_max_bs: int | None, chunk: int | None) -
 
 
 def post_capture_columns(s: Scenario, c: Comparison, res: object) -> dict[str, object]:
-    """What enabling post-capture KV sizing would have changed for this measured run (profiler.postcapture):
+    """What enabling post-capture KV sizing would have changed for this measured run (profiler.model.postcapture):
     the KV tokens gained (negative: lost) or the OOM avoided, with the arithmetic; nothing on a CPU run."""
-    from profiler.postcapture import answers, gain_from_run
+    from profiler.model.postcapture import answers, gain_from_run
 
     rules = getattr(res, "rule_set", None)
     if c.memory_kind != "gpu" or rules is None or c.free_at_start_mib is None or c.weights_mib is None:
@@ -89,28 +68,6 @@ def post_capture_columns(s: Scenario, c: Comparison, res: object) -> dict[str, o
     )  # fmt: skip
     return {"post_capture_kv_tokens": gain.kv_tokens_gained, "post_capture_oom_avoided": gain.oom_avoided,
             "post_capture_how": gain.how}  # fmt: skip
-
-
-def deepep_sizes_mib(s: Scenario) -> tuple[float | None, float | None]:
-    """(analytic buffers, device total with NVSHMEM heap rounding) per GPU for a DeepEP scenario."""
-    if s.moe_a2a_backend != "deepep":
-        return None, None
-    from profiler.deepep import DeepEPInputs, analytic_sizes
-
-    sh = s.shape
-    try:
-        sizes = analytic_sizes(
-            DeepEPInputs(
-                hidden=sh.hidden_size,
-                num_experts=sh.num_experts,
-                tokens_per_rank=s.deepep_dispatch_tokens or 128,
-                num_ranks=max(s.ep, s.tp),
-                mode=s.deepep_mode,
-            )  # type: ignore[arg-type]
-        )
-    except ValueError:
-        return None, None
-    return sizes.analytic_bytes / 2**20, sizes.total_bytes / 2**20
 
 
 @dataclass
@@ -151,7 +108,7 @@ def record(store: Store, plan: Plan, r: JobResult, summary: SweepSummary) -> Non
     for s in g.derived:
         res_s = plan.reservations[s.name]
         if res is not None:
-            from profiler.heuristic import inputs_from_scenario, reserve
+            from profiler.model.heuristic import inputs_from_scenario, reserve
 
             res_s = reserve(inputs_from_scenario(s), res.rule_set)
         cv = derive_variant(c, res_s, s.name, res_s.resolved.decode_max_bs)
@@ -173,7 +130,7 @@ def record(store: Store, plan: Plan, r: JobResult, summary: SweepSummary) -> Non
 
 
 def _variant_measurement(m: object, s: Scenario, c: Comparison) -> object:
-    from profiler.measurement import Measurement
+    from profiler.core.measurement import Measurement
 
     assert isinstance(m, Measurement)
     v = Measurement(
@@ -265,10 +222,7 @@ def run_sweep(
         echo(render_plan(plan))
         return 0
     out_dir = Path(out or f"results/sweeps/{Path(path).stem}")
-    if device is None:
-        if not cuda_machine():  # nothing to measure on a GPU here: the honest fallback
-            return _cpu_fallback(plan, path, out_dir, say, echo)
-        device = "cuda"
+    device = device or "cuda"  # the face decides between this and its CPU fallback (profiler.face.fallback)
     store = Store(out_dir)
     store.init({"scenarios": path, "executor": executor, "device": device})
     runs = plan.runs
@@ -321,40 +275,4 @@ def run_sweep(
             LocalExecutor(gpu_ids, device, slots=parallel, say=bar.log).run(jobs, done, deadline, started=prog.started)
     echo(summary.render())
     echo(f"results: {out_dir} (memfrac report {out_dir}; memfrac gate {out_dir})")
-    return 1 if summary.failed else 0
-
-
-def _cpu_fallback(plan: Plan, path: str, out_dir: Path, say: Say, echo: Callable[[str], None]) -> int:
-    echo(
-        "no CUDA device here: measuring nothing on a GPU; running the CPU fallback — the plan with the heuristic "
-        "per term, one real CPU sglang worker as a pipeline smoke run, the bundled real logs, and the report"
-    )
-    echo(render_plan(plan))
-    store = Store(out_dir)
-    store.init({"scenarios": path, "executor": "local", "device": "cpu", "fallback": True})
-    smoke = load_scenarios(CPU_SMOKE)
-    smoke_plan = make_plan(smoke, [0], validate=False)  # the bundled smoke scenario; the plan above was validated
-    summary = SweepSummary()
-
-    def done(r: JobResult) -> None:
-        record(store, smoke_plan, r, summary)
-        status = r.status
-        say(f"smoke run {r.job.group.key}: {status} ({r.elapsed_s:.0f} s)")
-
-    jobs = [Job(g, store.raw_dir(g.key), "cpu") for g in smoke_plan.runs]
-    LocalExecutor([], "cpu", slots=1).run(jobs, done)
-    from profiler.ingest import ingest, log_context
-
-    if BUNDLED_LOGS.is_dir():
-        batch = [(m, c, log_context(m, c)) for m, c, _ in ingest([BUNDLED_LOGS], progress=False)]
-        store.add(batch, run_key="bundled-logs", extra={"runs": len(batch)})  # type: ignore[arg-type]
-        say(f"ingested {len(batch)} runs from the bundled real logs ({BUNDLED_LOGS})")
-    echo(summary.render())
-    try:
-        from profiler.report import run_report
-
-        run_report(str(out_dir), html=True)
-    except ImportError:
-        say("report: not available")
-    echo(f"results: {out_dir}")
     return 1 if summary.failed else 0

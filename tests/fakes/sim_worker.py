@@ -1,6 +1,6 @@
 """A simulated CUDA device and sglang 0.5.23's call sequence, driven through memfrac's REAL probe hooks.
 
-This is the test double for the one layer that needs a GPU (profiler/probe/snapshot.py): `SimDevice` keeps
+This is the test double for the one layer that needs a GPU (profiler/measure/probe/snapshot.py): `SimDevice` keeps
 the driver's free memory and torch's allocator counters (allocated / reserved, current and peak, cached
 blocks released only by empty_cache), and `SimProbe` reads it exactly as `Probe.snapshot()` reads CUDA.
 Everything above it is memfrac's own code: `plugin._HOOKS` wrap the simulated sglang functions, the real
@@ -21,10 +21,10 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from profiler import selfcheck_life as life
-from profiler.measurement import Snapshot
-from profiler.probe import plugin
-from profiler.probe.recorder import Recorder
+from profiler.core.measurement import Snapshot
+from profiler.measure.probe import plugin
+from profiler.measure.probe.recorder import Recorder
+from profiler.selfcheck import life
 
 H200_MIB = 143771.0
 
@@ -90,7 +90,7 @@ class SimDevice:
 
 
 class SimProbe:
-    """`profiler.probe.snapshot.Probe`'s interface over a SimDevice (the CUDA layer's test double)."""
+    """`profiler.measure.probe.snapshot.Probe`'s interface over a SimDevice (the CUDA layer's test double)."""
 
     def __init__(self, dev: SimDevice, clock: Callable[[], float]) -> None:
         self.dev = dev
@@ -405,7 +405,7 @@ def eagle(out: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# The selfcheck worker life (profiler/selfcheck_life.py) on the simulated device: the same `drive_life`, the
+# The selfcheck worker life (profiler/selfcheck/life.py) on the simulated device: the same `drive_life`, the
 # same hooks and plan as the GPU run, so the same judge runs in CI. Footprints the plan leaves to the allocator
 # are chosen here (MiB): a forward's intermediates are 9 hidden-state rows of 2 KiB per row alive at once
 # (16,384 rows: 288), the prefill family's pool 144 + 2, the decode family's growth beyond it 260 + 2 + 2, each
@@ -425,7 +425,7 @@ def _rows_transient(rows: int) -> float:
 
 
 class SimLife:
-    """`profiler.selfcheck_life.LifeDevice` on a SimDevice. `flaw` makes the life misbehave the way a worker (or
+    """`profiler.selfcheck.life.LifeDevice` on a SimDevice. `flaw` makes the life misbehave the way a worker (or
     a regression) would, so each check can be shown to fire: weights_extra (64 MiB more inside the weights
     window), kv_extra (a 400 MiB req_to_token pool beside the KV), a2a_unhooked (the buffer made behind the
     deepep hook, as when its target fails to resolve), nccl_in_capture (a lazily made 64 MiB NCCL buffer inside

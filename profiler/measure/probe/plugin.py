@@ -1,0 +1,323 @@
+"""memfrac's SGLang general plugin (entry-point group `sglang.srt.plugins`, name `memfrac_probe`).
+
+sglang calls `register()` at the start of every process that loads plugins; the probe only acts in the
+scheduler (the process that owns the GPU), when `MEMFRAC_PROBE_DIR` is set — i.e. only for workers memfrac
+started. It wraps each startup phase (AROUND hooks) and the scheduler's batch loop, and writes what it
+sees to `$MEMFRAC_PROBE_DIR/probe-<pid>.jsonl`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+ENV_DIR = "MEMFRAC_PROBE_DIR"
+PLUGIN_NAME = "memfrac_probe"
+
+
+def register() -> None:
+    """The entry point. Never raises into sglang (a failing plugin is only logged there)."""
+    out = os.environ.get(ENV_DIR)
+    if not out:
+        return
+    patches: list[str] = []
+    if os.environ.get("MEMFRAC_CPU_PATCHES") == "1":
+        from profiler.measure.probe.cpu_patches import apply_cpu_patches
+
+        patches = apply_cpu_patches()
+    if "sglang.srt.managers.scheduler" not in sys.modules:
+        return  # the HTTP/tokenizer and detokenizer processes hold no GPU memory of their own
+    from profiler.measure.probe.recorder import Recorder
+
+    rec = Recorder(out)
+    try:
+        _install(rec, patches)
+    except Exception as e:  # report, never crash the worker from here
+        rec.error(f"probe failed to install: {type(e).__name__}: {e}")
+
+
+def _install(rec: Any, patches: list[str]) -> None:
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    from profiler.measure.probe.targets import TARGETS, resolve
+
+    try:
+        import sglang
+
+        version = getattr(sglang, "__version__", "unknown")
+    except Exception:
+        version = "unknown"
+    resolutions = [resolve(t) for t in TARGETS]
+    rec.start_record = {
+        "type": "start",
+        "kind": rec.probe.kind,
+        "argv": sys.argv[:1],
+        "ppid": os.getppid(),
+        "sglang_version": version,
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "pytorch_cuda_alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
+        "patches": patches,
+        "targets": [_target_record(r) for r in resolutions],
+    }  # written ahead of this process's first record (the DP controller, which runs no phase, writes none)
+    missing = [r for r in resolutions if not r.ok and r.target.required]
+    if missing:
+        rec.error("hook targets missing in the installed sglang: " + "; ".join(r.note for r in missing))
+        return
+    for r in resolutions:
+        if r.ok:
+            HookRegistry.register(r.target.path, _hook_for(rec, r.target), HookType.AROUND)
+    rec.guard_peak_resets()
+    atexit.register(rec.flush_runtime)
+
+
+Hook = Callable[..., Any]
+After = Callable[[Any, Any, tuple, dict], None]
+
+#: sglang empties torch's cache as these phases begin (`get_available_gpu_memory(empty_cache=True)` before
+#: "Capture … CUDA graph begin", cuda_graph_setup.py capture_prefill_graph / capture_decode_graph): the probe
+#: empties it first, so cache left by the eager warm-up is not charged to the capture (nor credited to it).
+EMPTY_CACHE_AT_BEGIN = frozenset({"prefill_graph", "decode_graph", "verify_graph"})
+#: ... and at the end of the eager runner (its warm-up cache is released at the next phase's start).
+EMPTY_CACHE_AT_END = frozenset({"eager_runner"})
+
+
+def _target_record(r: Any) -> dict[str, Any]:
+    t = r.target
+    return {"phase": t.phase, "path": t.path, "ok": r.ok, "note": r.note, "required": t.required,
+            "backend": t.backend or None}  # fmt: skip
+
+
+def call_role(args: tuple, kwargs: dict) -> str | None:
+    """target | draft for a hooked call, from the ModelRunner it runs for (`is_draft_worker`): passed as
+    `self`, `model_runner=`, an object holding `.model_runner`, or `is_draft_worker=` (bootstrap.py)."""
+    flag = kwargs.get("is_draft_worker")
+    if isinstance(flag, bool):
+        return "draft" if flag else "target"
+    for a in (*args, *kwargs.values()):
+        for obj in (a, getattr(a, "model_runner", None), getattr(a, "draft_runner", None)):
+            v = getattr(obj, "is_draft_worker", None) if obj is not None else None
+            if isinstance(v, bool):
+                return "draft" if v else "target"
+    return None
+
+
+def _decode_phase_name(args: tuple, kwargs: dict) -> str:
+    """`capture_decode_graph` captures the target-verify graph when speculative (cuda_graph_setup.py:
+    memory_phase = "target_verify" when `model_runner.spec_algorithm.is_speculative()`)."""
+    mr = kwargs.get("model_runner", args[0] if args else None)
+    try:
+        if mr is not None and not mr.is_draft_worker and mr.spec_algorithm.is_speculative():
+            return "verify_graph"
+    except AttributeError:
+        pass
+    return "decode_graph"
+
+
+def _phase_hook(
+    rec: Any,
+    phase: str,
+    after: After | None = None,
+    *,
+    role: str | None = None,
+    name: Callable[[tuple, dict], str] | None = None,
+) -> Hook:
+    def hook(original: Hook, *args: Any, **kwargs: Any) -> Any:
+        ph = name(args, kwargs) if name is not None else phase
+        r = role or call_role(args, kwargs) or "target"
+        fr = rec.begin(ph, role=r, empty_cache=ph in EMPTY_CACHE_AT_BEGIN)
+        try:
+            result = original(*args, **kwargs)
+        except BaseException as e:
+            rec.end(fr, e)
+            raise
+        if after is not None:
+            try:
+                after(fr, result, args, kwargs)
+            except Exception as e:
+                fr.details["probe_note"] = f"{type(e).__name__}: {e}"
+        rec.end(fr, empty_cache=ph in EMPTY_CACHE_AT_END)
+        return result
+
+    return hook
+
+
+def _ranks_after(rec: Any) -> Callable[[Any, Any, tuple, dict], None]:
+    def after(fr: Any, _result: Any, _a: tuple, _k: dict) -> None:
+        from sglang.srt.runtime_context import get_parallel
+
+        p = get_parallel()
+        ranks = {}
+        for key, attr in (("tp", "tp_rank"), ("pp", "pp_rank"), ("dp", "attn_dp_rank"), ("ep", "moe_ep_rank")):
+            v = getattr(p, attr, None)
+            if isinstance(v, int):
+                ranks[key] = v
+        sizes = {}
+        for key, attr in (("tp", "tp_size"), ("pp", "pp_size"), ("dp", "attn_dp_size"), ("ep", "moe_ep_size")):
+            v = getattr(p, attr, None)
+            if isinstance(v, int):
+                sizes[key] = v
+        rec.ranks = ranks
+        fr.details["sizes"] = sizes
+        if rec.probe.cuda:
+            import torch
+
+            props = torch.cuda.get_device_properties(torch.cuda.current_device())
+            fr.details["device_name"] = props.name
+            fr.details["device_total_mib"] = props.total_memory / 2**20
+
+    return after
+
+
+def _baseline_after(fr: Any, result: Any, _a: tuple, _k: dict) -> None:
+    if isinstance(result, int | float):
+        fr.details["pre_model_load_mib"] = float(result) * 1024  # sglang returns GiB
+
+
+def _kv_after(fr: Any, result: Any, _a: tuple, _k: dict) -> None:
+    """The pool sglang built (`KVCacheConfigResult`, kv_cache_configurator.py): tokens, bytes, dtype."""
+    tokens = getattr(result, "max_total_num_tokens", None)
+    pool = getattr(result, "token_to_kv_pool", None)
+    if isinstance(tokens, int):
+        fr.details["kv_tokens"] = tokens
+    size = getattr(pool, "mem_usage", None)  # GiB, as the "KV Cache is allocated" line prints it
+    if isinstance(size, int | float) and size > 0:
+        fr.details["kv_mib"] = float(size) * 1024
+    else:
+        getter = getattr(pool, "get_kv_size_bytes", None)
+        if callable(getter):
+            b = getter()
+            total = sum(b) if isinstance(b, tuple | list) else b
+            if isinstance(total, int | float) and total > 0:
+                fr.details["kv_mib"] = float(total) / 2**20
+    dtype = getattr(pool, "dtype", None)
+    if dtype is not None:
+        fr.details["kv_dtype"] = str(dtype)
+    mrr = getattr(result, "max_running_requests", None)
+    if isinstance(mrr, int):
+        fr.details["max_running_requests"] = mrr
+
+
+def _budget_hook(rec: Any, phase: str) -> Hook:
+    def hook(original: Hook, *args: Any, **kwargs: Any) -> Any:
+        result = original(*args, **kwargs)
+        try:
+            top = rec.top
+            if top is not None and isinstance(result, int | float):
+                top.details["budget_mib"] = float(result) / 2**20  # KV byte budget
+        except Exception:
+            pass
+        return result
+
+    return hook
+
+
+def _ladder_hook(rec: Any, phase: str) -> Hook:
+    def hook(original: Hook, *args: Any, **kwargs: Any) -> Any:
+        result = original(*args, **kwargs)
+        try:
+            bs = kwargs.get("size", args[1] if len(args) > 1 else None)
+            if isinstance(bs, int):
+                rec.ladder(phase, bs)
+        except Exception:
+            pass
+        return result
+
+    return hook
+
+
+def _scalar(v: Any) -> Any:
+    """An argument as JSON: numbers, strings, enums by value, process groups by size; None otherwise."""
+    if isinstance(v, bool | int | float | str) or v is None:
+        return v
+    if hasattr(v, "value") and isinstance(v.value, str | int):
+        return v.value
+    if hasattr(v, "itemsize"):  # torch dtypes
+        return str(v)
+    return None
+
+
+def _a2a_hook(rec: Any, target: Any) -> Hook:
+    """Measure the first creation of one backend's all-to-all buffer (later calls return the cached buffer,
+    so the hot path stays one flag check). Details: backend, the arguments sglang passed, the EP group size,
+    memfrac's analytic size from those arguments (`profiler.model.a2a.size_from_call`) and, where the library says
+    what it allocated, reported_bytes."""
+    import inspect
+
+    done = [False]
+    sig: list[Any] = []
+
+    def hook(original: Hook, *args: Any, **kwargs: Any) -> Any:
+        if done[0]:
+            return original(*args, **kwargs)
+        done[0] = True
+        given: dict[str, Any] = {}
+        try:
+            if not sig:
+                sig.append(inspect.signature(original))
+            bound = sig[0].bind_partial(*args, **kwargs).arguments
+            group = bound.get("group")
+            if group is not None and hasattr(group, "size"):
+                given["num_ranks"] = int(group.size())
+            for k, v in bound.items():
+                if k not in ("self", "cls", "group") and _scalar(v) is not None:
+                    given[k] = _scalar(v)
+        except Exception as e:
+            given["probe_note"] = f"arguments not read: {type(e).__name__}: {e}"
+
+        def after(fr: Any, result: Any, a: tuple, _k: dict) -> None:
+            from profiler.model.a2a import reported_bytes, size_from_call
+
+            fr.details.update(backend=target.backend, args=given)
+            size = size_from_call(target.backend, given)
+            if size is not None:
+                fr.details.update(analytic_bytes=size.analytic_bytes, device_bytes=size.device_bytes,
+                                  analytic_source=size.source, fails=size.fails or None)  # fmt: skip
+            rep = reported_bytes(target.backend, result, a)
+            if rep is not None:
+                fr.details["reported_bytes"] = rep
+
+        return _phase_hook(rec, target.phase, after)(original, *args, **kwargs)
+
+    return hook
+
+
+def _runtime_hook(rec: Any, phase: str) -> Hook:
+    def hook(original: Hook, *args: Any, **kwargs: Any) -> Any:
+        with contextlib.suppress(Exception):
+            rec.runtime_before()  # the first batch is sglang's warm-up request: baseline before it
+        result = original(*args, **kwargs)
+        with contextlib.suppress(Exception):
+            rec.runtime_sample()
+        return result
+
+    return hook
+
+
+_HOOKS: dict[str, Callable[[Any, str], Hook]] = {
+    "phase": lambda rec, phase: _phase_hook(rec, phase),
+    "ranks": lambda rec, phase: _phase_hook(rec, phase, _ranks_after(rec)),
+    "baseline": lambda rec, phase: _phase_hook(rec, phase, _baseline_after),
+    "kv": lambda rec, phase: _phase_hook(rec, phase, _kv_after),
+    "decode": lambda rec, phase: _phase_hook(rec, phase, name=_decode_phase_name),
+    "draft": lambda rec, phase: _phase_hook(rec, phase, role="draft"),
+    "budget": _budget_hook,
+    "ladder": _ladder_hook,
+    "runtime": _runtime_hook,
+}
+
+
+def a2a_hook(rec: Any, backend: str, path: str = "") -> Hook:
+    """The first-creation hook of one all-to-all backend's buffer (phase `a2a_buffer`), without a target to
+    resolve: for memfrac's own drivers of the hooks (selfcheck, the simulated worker)."""
+    from profiler.measure.probe.targets import Target
+
+    return _a2a_hook(rec, Target("a2a_buffer", path or f"{backend}.buffer", "a2a", required=False, backend=backend))
+
+
+def _hook_for(rec: Any, target: Any) -> Hook:
+    """The hook for one target: a phase window of its kind, or an all-to-all backend's first buffer creation."""
+    return _a2a_hook(rec, target) if target.kind == "a2a" else _HOOKS[target.kind](rec, target.phase)

@@ -1,0 +1,107 @@
+"""Results directories read back as frames, and the cell readers every consumer of them shares.
+
+The calibration, the report and the held-out evaluation read the same results.parquet / ladder.parquet: the
+helpers that turn their cells into Python values (NA → None), name a run's model, find estimated runs and fit a
+ladder's slope live here once, below all of them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from profiler.core.errors import MemfracError
+from profiler.results.store import load_ladder, load_results
+
+
+def finite(v: Any) -> Any:
+    """JSON has no NaN/inf: write them as null."""
+    if isinstance(v, dict):
+        return {k: finite(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [finite(x) for x in v]
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+@dataclass(frozen=True, slots=True)
+class LadderSlope:
+    """The decode ladder of one run: least-squares MiB per captured bs, over its (bs, cumulative MiB) points."""
+
+    run_id: str
+    points: int
+    max_bs: int
+    max_used_mib: float
+    slope_mib_per_bs: float | None
+
+
+def load_dirs(results: Sequence[str]) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
+    """results.parquet and ladder.parquet of every directory, concatenated; a run seen twice counts once."""
+    if not results:
+        raise MemfracError("give at least one results directory")
+    frames, ladders, notes = [], [], []
+    for d in results:
+        p = Path(d)
+        if not p.is_dir():
+            raise MemfracError(f"{d}: no such results directory")
+        frames.append(load_results(p))
+        ladders.append(load_ladder(p))
+    df = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    lad = pd.concat(ladders, ignore_index=True) if len(ladders) > 1 else ladders[0]
+    dups = df.duplicated(subset=["run_id", "term"], keep="first")
+    if dups.any():
+        n = df.loc[dups, "run_id"].nunique()
+        notes.append(f"{n} run(s) recorded in several directories were counted once (the first directory's rows)")
+    df = df[~dups]
+    lad = lad.drop_duplicates(subset=["run_id", "bs"], keep="first")
+    return df.reset_index(drop=True), lad.reset_index(drop=True), notes
+
+
+def as_float(v: Any) -> float | None:
+    """A float, or None for NA/NaN (pandas gives both)."""
+    if v is None or v is pd.NA:
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(f) else f
+
+
+def as_text(v: Any, default: str = "") -> str:
+    return default if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)) else str(v)
+
+
+def short_model(row: pd.Series) -> str:
+    model = as_text(row.get("model"))
+    return model.rstrip("/").rsplit("/", 1)[-1] if model else as_text(row.get("architecture"), "unknown model")
+
+
+def ladder_slopes(ladder: pd.DataFrame) -> dict[str, LadderSlope]:
+    """Per run with a ladder: the least-squares slope of cumulative capture MiB over bs."""
+    out: dict[str, LadderSlope] = {}
+    for run_id, g in ladder.dropna(subset=["bs", "used_mib"]).groupby("run_id", sort=True):
+        bs = g["bs"].astype(float).to_numpy()
+        used = g["used_mib"].astype(float).to_numpy()
+        slope = float(np.polyfit(bs, used, 1)[0]) if len(set(bs)) >= 2 else None
+        out[str(run_id)] = LadderSlope(str(run_id), len(g), int(bs.max()), float(used.max()), slope)
+    return out
+
+
+def derived_runs(df: pd.DataFrame) -> set[str]:
+    """Scenarios a sweep did not start but estimated from another start's ladder (compare.derive_variant).
+
+    Their graph memory is an estimate and their other figures are copies of the start they came from, so
+    they are evidence of nothing new: the fits leave them out (KV recovered still counts them).
+    """
+    if "derived_from" not in df.columns:
+        return set()
+    est = df["derived_from"].notna() & (df["derived_from"].astype("string") != "")
+    return set(df.loc[est, "run_id"].astype(str))

@@ -1,0 +1,216 @@
+"""Every real log in tests/fixtures/logs against its hand-written expectation (expected/<log>.json).
+
+Expectation format, per run: architecture, model_contains, mode, tp/dp/ep/pp, mem_fraction_static,
+chunked_prefill_size, args{}, gpu_total_gib, rank_labels[], ranks{label: {phase: {…}, failure: {…}}},
+failure_kind, tricky_lines[]; and what the log proves: release (exact, or null), release_range [first, last]
+(the range the parser finds must lie inside it; "" = open end), release_includes (a release the range must
+contain), state (finished | incomplete | aborted | no_kv), verdict (what `memfrac ingest` concludes),
+mfs {value, origin} (the fraction the log supports; value within its ± or 0.0005), gpu_candidates_mib[],
+args_from{key: substring of its origin}, serving{key: value}. A key that is absent is not checked; JSON null
+means "must be None". *_gib keys compare with MiB/1024 and *_mib keys with MiB, both within 0.005.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from profiler.core.measurement import Measurement, Phase, Rank
+from profiler.ingest.core import judge
+from profiler.logs import parse_log
+from profiler.logs.formats import release_key
+from tests.conftest import LOG_FIXTURES
+
+EXPECTED = sorted((LOG_FIXTURES / "expected").glob("*.json"))
+TOL = 0.005
+
+
+def _close(got: Any, want: Any) -> bool:
+    if want is None:
+        return got is None
+    if isinstance(want, bool) or not isinstance(want, int | float):
+        return got == want
+    return got is not None and not isinstance(got, bool | str) and abs(float(got) - float(want)) <= TOL
+
+
+def _gib(mib: float | None) -> float | None:
+    return None if mib is None else mib / 1024
+
+
+def _phase_value(ph: Phase | None, key: str) -> Any:
+    if ph is None:
+        return None
+    if key == "before_free_gib":
+        return _gib(ph.before.free_mib) if ph.before else None
+    if key == "after_free_gib":
+        return _gib(ph.after.free_mib) if ph.after else None
+    if key == "usage_gib":
+        return _gib(ph.usage_mib)
+    if key == "elapsed_s":
+        return ph.elapsed_s
+    if key == "last_ladder_bs":
+        return ph.ladder[-1].bs if ph.ladder else None
+    if key == "last_ladder_avail_gib":
+        return _gib(ph.ladder[-1].free_mib) if ph.ladder else None
+    if key.endswith("_gib"):
+        return _gib(ph.details.get(key[:-4] + "_mib"))
+    return ph.details.get(key)
+
+
+_FAILURE_MIB = {
+    "tried_alloc",
+    "total_capacity",
+    "free",
+    "in_use",
+    "allocated_by_torch",
+    "reserved_unallocated",
+    "private_pools",
+}
+
+
+def _failure_value(rank: Rank, key: str) -> Any:
+    f = rank.failure
+    if f is None:
+        return None
+    for suffix, scale in (("_gib", 1024.0), ("_mib", 1.0)):
+        if key.endswith(suffix) and key[: -len(suffix)] in _FAILURE_MIB:
+            v = getattr(f, key[: -len(suffix)] + "_mib")
+            return None if v is None else v / scale
+    return getattr(f, key)
+
+
+def _run_value(m: Measurement, key: str) -> Any:
+    ident = m.identity
+    if key in ("architecture", "mode", "tp", "dp", "ep", "pp"):
+        return getattr(ident, key)
+    if key == "gpu_total_gib":
+        return _gib(ident.gpu_total_mib)
+    if key in ("mem_fraction_static", "chunked_prefill_size"):
+        return m.args.get(key)
+    if key == "failure_kind":
+        return m.failure.kind if m.failure else None
+    raise KeyError(key)
+
+
+def _check_run(m: Measurement, want: dict[str, Any]) -> list[str]:
+    errors: list[str] = []
+
+    def check(where: str, got: Any, expected: Any) -> None:
+        if not _close(got, expected):
+            errors.append(f"{where}: got {got!r}, expected {expected!r}")
+
+    for key in (
+        "architecture",
+        "mode",
+        "tp",
+        "dp",
+        "ep",
+        "pp",
+        "gpu_total_gib",
+        "mem_fraction_static",
+        "chunked_prefill_size",
+        "failure_kind",
+    ):
+        if key in want:
+            check(key, _run_value(m, key), want[key])
+    if "model_contains" in want:
+        model = m.identity.model or ""
+        if want["model_contains"] not in model:
+            errors.append(f"model: {model!r} does not contain {want['model_contains']!r}")
+    for k, v in (want.get("args") or {}).items():
+        check(f"args.{k}", m.args.get(k), v)
+    if "rank_labels" in want:
+        check("rank_labels", sorted(r.label for r in m.ranks), sorted(want["rank_labels"]))
+    errors += _check_truth(m, want)
+    for label, phases in (want.get("ranks") or {}).items():
+        rank = m.rank(label)
+        if rank is None:
+            errors.append(f"rank {label!r} missing (have {[r.label for r in m.ranks]})")
+            continue
+        for name, keys in phases.items():
+            for key, expected in keys.items():
+                if name == "failure":
+                    check(f"{label!r}.failure.{key}", _failure_value(rank, key), expected)
+                else:
+                    check(f"{label!r}.{name}.{key}", _phase_value(rank.phase(name), key), expected)
+    return errors
+
+
+def _within(v: str, lo: str, hi: str) -> bool:
+    k = release_key(v)
+    return (not lo or k >= release_key(lo)) and (not hi or k <= release_key(hi))
+
+
+def _check_truth(m: Measurement, want: dict[str, Any]) -> list[str]:
+    """Release, startup state, verdict, fraction: what the log proves."""
+    errors: list[str] = []
+    ident = m.identity
+    got_lo, got_hi = [*ident.sglang_range, "", ""][:2]
+    if ident.sglang_version:
+        got_lo = got_hi = ident.sglang_version
+    if "release" in want and ident.sglang_version != want["release"]:
+        errors.append(f"release: got {ident.sglang_version!r} ({ident.sglang_how}), expected {want['release']!r}")
+    if "release_range" in want:
+        lo, hi = want["release_range"]
+        unbounded = not ident.sglang_version and not ident.sglang_range
+        inside = (not got_lo or _within(got_lo, lo, hi)) and (not got_hi or _within(got_hi, lo, hi))
+        if (unbounded and (lo or hi)) or (got_lo == "" and lo) or (got_hi == "" and hi) or not inside:
+            errors.append(f"release range: got {got_lo or '…'} – {got_hi or '…'} ({ident.sglang_how}), "
+                          f"expected within {lo or '…'} – {hi or '…'}")  # fmt: skip
+    if "release_includes" in want and not _within(want["release_includes"], got_lo, got_hi):
+        errors.append(f"release range {got_lo or '…'} – {got_hi or '…'} excludes {want['release_includes']}")
+    if "state" in want and m.startup != want["state"]:
+        errors.append(f"state: got {m.startup!r} ({m.startup_seen}), expected {want['state']!r}")
+    if "gpu_candidates_mib" in want and ident.gpu_candidates_mib != want["gpu_candidates_mib"]:
+        errors.append(f"gpu_candidates_mib: got {ident.gpu_candidates_mib}, expected {want['gpu_candidates_mib']}")
+    for key, sub in (want.get("args_from") or {}).items():
+        if sub not in m.args_from.get(key, ""):
+            errors.append(f"args_from.{key}: got {m.args_from.get(key)!r}, expected it to contain {sub!r}")
+    for key, val in (want.get("serving") or {}).items():
+        if not _close(m.serving.get(key), val):
+            errors.append(f"serving.{key}: got {m.serving.get(key)!r}, expected {val!r}")
+    if "verdict" in want or "mfs" in want:
+        c, _ = judge(m)
+        if "verdict" in want and c.verdict != want["verdict"]:
+            errors.append(f"verdict: got {c.verdict!r} ({c.reason}), expected {want['verdict']!r}")
+        if "mfs" in want:
+            w = want["mfs"]
+            tol = max(0.0005, m.mfs_plus_minus or 0.0)
+            ok = (m.mfs is None) if w["value"] is None else (m.mfs is not None and abs(m.mfs - w["value"]) <= tol)
+            if not ok or m.mfs_origin != w["origin"]:
+                errors.append(f"mfs: got {m.mfs} ({m.mfs_origin}: {m.mfs_how}), expected {w['value']} ({w['origin']})")
+    return errors
+
+
+@pytest.mark.parametrize("expected_file", EXPECTED, ids=[p.stem for p in EXPECTED])
+def test_fixture(expected_file: Path) -> None:
+    want = json.loads(expected_file.read_text())
+    log = LOG_FIXTURES / want["file"]
+    got = parse_log(log)
+    assert len(got) == len(want["runs"]), f"{len(got)} runs parsed, {len(want['runs'])} expected"
+    errors: list[str] = []
+    for i, (m, w) in enumerate(zip(got, want["runs"], strict=True)):
+        errors += [f"run {i}: {e}" for e in _check_run(m, w)]
+        for line in w.get("tricky_lines") or []:
+            (single,) = parse_log([line]) or [None]  # type: ignore[misc]
+            if single is not None and single.unparsed_memory_lines:
+                errors.append(f"run {i}: tricky line left unparsed: {line[:120]!r}")
+    assert not errors, "\n".join(errors)
+
+
+def test_fixture_expectations_present() -> None:
+    """The fixture logs and their expectations travel together."""
+    if not EXPECTED:
+        pytest.skip("no hand expectations in tests/fixtures/logs/expected yet")
+    for p in EXPECTED:
+        assert (LOG_FIXTURES / json.loads(p.read_text())["file"]).is_file(), p.name
+
+
+def test_fixture_logs_parse_cleanly() -> None:
+    """No fixture leaves a memory-looking line unparsed: every format in them is known."""
+    for log in sorted(LOG_FIXTURES.glob("*.log")):
+        for m in parse_log(log):
+            assert m.unparsed_memory_lines == 0, (log.name, m.unparsed_examples)
