@@ -29,7 +29,9 @@ TIME = re.compile(
     r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(\.\d+)?([+-]\d\d:?\d\d|Z)?|\b\d+(\.\d+)? ?(s|ms|min|seconds)\b elapsed"
 )
 PATHS = re.compile(r"(/tmp|/work|/root|/home|/private)/[^\s\"',)\]]*")
-MASK_KEYS = re.compile(r"(seed|time|_at$|^at$|started|finished|elapsed|duration|wall|host|pid|version|path|dir|file|_s$)")
+MASK_KEYS = re.compile(
+    r"(seed|time|_at$|^at$|started|finished|elapsed|duration|wall|host|pid|version|path|dir|file|_s$)"
+)
 NOISY = ("run/",)  # the CPU smoke worker's RSS readings move between runs
 
 
