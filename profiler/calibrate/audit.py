@@ -47,7 +47,7 @@ from profiler.model.gpus import known_gpus
 from profiler.model.heuristic.inputs import vision_shape
 from profiler.model.heuristic.model import evaluate
 from profiler.model.heuristic.record import TERM_NAMES, HeuristicInputs
-from profiler.model.heuristic.releases import rules_for
+from profiler.model.heuristic.releases import DEFAULT_RELEASE, rules_for
 from profiler.model.heuristic.rules import RuleSet
 from profiler.model.modelcfg import ModelShape, load_model_shape
 from profiler.model.scenario import BUNDLED_MODELS, MODES
@@ -730,7 +730,7 @@ def run_audit(
     backends: Iterable[str] | None,
     calibration: str | None,
     out: str,
-    rules: str = "0.5.23",
+    rules: str = DEFAULT_RELEASE,
 ) -> int:
     """`memfrac audit`: evaluate, print the findings, write audit.parquet, findings.parquet and the heat maps."""
     from profiler.core.ui import table

@@ -13,6 +13,7 @@ from __future__ import annotations
 from packaging.version import Version
 
 from profiler.core.errors import MemfracError
+from profiler.model.heuristic.releases import DEFAULT_RELEASE
 from profiler.model.scenario import Scenario
 
 #: The first release whose parser has each flag (only flags memfrac emits that arrived after 0.4.0).
@@ -47,7 +48,7 @@ def _need(release: str, flag: str, why: str) -> None:
         raise MemfracError(f"sglang {release} has no {flag} (added in {since}); {why} cannot be expressed there")
 
 
-def server_argv(s: Scenario, release: str = "0.5.23") -> list[str]:
+def server_argv(s: Scenario, release: str = DEFAULT_RELEASE) -> list[str]:
     """The sglang server arguments that express scenario `s` (model path included, runtime flags not).
 
     MemfracError when the scenario needs a flag release `release` does not have.
@@ -156,7 +157,7 @@ def _graph_flags(s: Scenario, release: str) -> list[str]:
 
 
 def launch_command(
-    s: Scenario, host: str, port: int, release: str = "0.5.23", extra: list[str] | None = None
+    s: Scenario, host: str, port: int, release: str = DEFAULT_RELEASE, extra: list[str] | None = None
 ) -> list[str]:
     """The full worker command line: `python -m sglang.launch_server` with dummy weights on our port."""
     return [

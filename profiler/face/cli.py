@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 
 from profiler import __version__
 from profiler.core.errors import MemfracError
+from profiler.model.heuristic.releases import DEFAULT_RELEASE
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -340,7 +341,11 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
 def _add_explain(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("explain", help="the heuristic's terms for a scenario and what they leave for the KV cache")
     p.add_argument("scenario", help="scenario .toml (a [matrix] explains every expanded scenario)")
-    p.add_argument("--rules", default="0.5.23", help="sglang release whose rules to apply, 0.4.0 on (default 0.5.23)")
+    p.add_argument(
+        "--rules",
+        default=DEFAULT_RELEASE,
+        help=f"sglang release whose rules to apply, 0.4.0 on (default {DEFAULT_RELEASE})",
+    )
     p.add_argument("--compare-rules", nargs=2, metavar=("A", "B"), help="show term by term how two releases differ")
     p.add_argument("--free-at-start", type=float, metavar="MIB", help="free GPU memory at start (default: capacity)")
     p.add_argument("--oracle", action="store_true", help="also resolve with the installed sglang and print both")
@@ -386,7 +391,9 @@ def _add_audit(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--modes", nargs="+", choices=("null", "prefill", "decode"), help="PD roles (default: all)")
     p.add_argument("--backends", nargs="+", metavar="BACKEND", help="moe_a2a_backend values (default: all 12)")
     p.add_argument("--calibration", metavar="FILE", help="calibration.json (memfrac calibrate --out): under-reserved")
-    p.add_argument("--rules", default="0.5.23", help="sglang release whose rules to apply (default 0.5.23)")
+    p.add_argument(
+        "--rules", default=DEFAULT_RELEASE, help=f"sglang release whose rules to apply (default {DEFAULT_RELEASE})"
+    )
     p.add_argument("--out", default="results/audit", help="directory for audit.parquet, findings and heat maps")
     p.set_defaults(func=_cmd_audit)
 

@@ -88,6 +88,7 @@ from profiler.measure.probe import plugin
 from profiler.measure.probe.reader import read_probe_dir
 from profiler.measure.probe.recorder import Recorder
 from profiler.model.heuristic import HeuristicInputs, reserve, rules_for
+from profiler.model.heuristic.releases import DEFAULT_RELEASE
 from profiler.selfcheck.checks import LIFE, MIB, Check, failed, verdict
 
 # ---- the life's plan (MiB unless named otherwise) ---------------------------------------------------------------
@@ -106,7 +107,7 @@ SERVE_ACT_MIB = (1280, 640, 960)  # the first is sglang's warm-up request, and t
 MAX_ROWS = max(PREFILL_TOKENS[0], DECODE_BS[0] * ROWS_PER_BS)
 N_GRAPHS = len(PREFILL_TOKENS) + len(DECODE_BS)
 NEED_FREE_MIB = 8192
-RULES = "0.5.23"
+RULES = DEFAULT_RELEASE
 
 TOL_EXACT = 2.0  # one 2 MiB driver page
 TOL_TRANSIENT = 4.0  # + one 2 MiB small-pool segment of a forward's own intermediates

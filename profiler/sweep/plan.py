@@ -15,6 +15,7 @@ from profiler.core.errors import MemfracError
 from profiler.engine.validation import Validation
 from profiler.model.a2a_inputs import report_for
 from profiler.model.heuristic import Reservation, inputs_from_scenario, reserve, rules_for
+from profiler.model.heuristic.releases import DEFAULT_RELEASE
 from profiler.model.kv_budget import kv_budget
 from profiler.model.scenario import Scenario, scenario_dict
 
@@ -104,7 +105,9 @@ def assign_gpus(
     return placed, bad
 
 
-def make_plan(scenarios: list[Scenario], gpus: list[int], release: str = "0.5.23", validate: bool = False) -> Plan:
+def make_plan(
+    scenarios: list[Scenario], gpus: list[int], release: str = DEFAULT_RELEASE, validate: bool = False
+) -> Plan:
     """Group, pack and reserve; with `validate`, sglang's own resolver first refuses what it refuses
     (`profiler.engine.validation.check`: one line per refused scenario, before anything starts)."""
     if not scenarios:
@@ -113,7 +116,7 @@ def make_plan(scenarios: list[Scenario], gpus: list[int], release: str = "0.5.23
     if validate:
         from profiler.engine.validation import check
 
-        validation = check(scenarios, release if release != "0.5.23" else None)
+        validation = check(scenarios, release if release != DEFAULT_RELEASE else None)
     rules = rules_for(release)
     res = {s.name: reserve(inputs_from_scenario(s), rules) for s in scenarios}
     runs = group_scenarios(scenarios, {n: r.resolved.decode_max_bs for n, r in res.items()})
@@ -129,6 +132,7 @@ def render_plan(plan: Plan, *, per_term: bool = True) -> str:
     """What --dry-run prints: runs, GPUs each needs, starts saved, sglang's own validation, the heuristic's
     reservation per scenario and each all-to-all buffer beside its reserve."""
     from profiler.core import ui
+
     placed, bad = assign_gpus(plan.runs, plan.gpus)
     lines = [
         f"{len(plan.scenarios)} scenarios → {len(plan.runs)} worker starts "

@@ -32,6 +32,7 @@ from profiler.measure.machine import VISIBLE, cuda_machine, parent_entries, work
 from profiler.measure.probe.activate import probe_env
 from profiler.measure.runner.net import NetThread, free_ports, get
 from profiler.measure.runner.patience import Patience
+from profiler.model.heuristic.releases import DEFAULT_RELEASE
 from profiler.model.scenario import GraphSettings, Scenario
 
 TRANSFER_PACKAGES = {
@@ -105,7 +106,7 @@ def build_spec(
     device: str | None = None,
     gpus: list[int] | None = None,
     transfer_backend: str = "mooncake_tcp",
-    release: str = "0.5.23",
+    release: str = DEFAULT_RELEASE,
     stub_dir: Path | None = None,
     python: str | None = None,
 ) -> WorkerSpec:

@@ -136,6 +136,10 @@ RELEASES: tuple[Release, ...] = (
 )
 OLDEST, NEWEST = RELEASES[0], RELEASES[-1]
 
+#: The sglang release memfrac pins (pyproject's `sglang` extra) and models when none is named; its rule set is
+#: `rules.DEFAULT_RULES`. Every "default 0.5.23" in the code is this name.
+DEFAULT_RELEASE = "0.5.23"
+
 
 def parse_version(spec: str) -> Version:
     """'v0.4.10.post1' → Version('0.4.10.post1'); a bad spelling is a MemfracError naming it."""
