@@ -19,7 +19,7 @@ from typing import Any
 import pandas as pd
 
 from profiler.core.errors import MemfracError
-from profiler.results.store import load_results
+from profiler.results.store import load_results, read_manifest
 
 BASELINE_VERSION = 1
 FAILED_VERDICTS = ("oom_during_capture", "oom_startup", "oom_runtime", "failed")
@@ -106,7 +106,7 @@ def gate(
     checks: list[Check] = []
     man_path = Path(results_dir) / "manifest.json"
     if man_path.exists():
-        for key, run in json.loads(man_path.read_text()).get("runs", {}).items():
+        for key, run in read_manifest(man_path).get("runs", {}).items():
             if run.get("status") == "error":
                 checks.append(Check(key, "run", False, f"could not run: {str(run.get('error'))[:300]}"))
             elif run.get("status") == "not_started":  # a nightly run that measured nothing must not pass

@@ -398,7 +398,7 @@ class Store:
     def manifest(self) -> dict[str, Any]:
         if not self.manifest_path.exists():
             return {"schema_version": SCHEMA_VERSION, "runs": {}}
-        man = json.loads(self.manifest_path.read_text())
+        man = read_manifest(self.manifest_path)
         v = man.get("schema_version", SCHEMA_VERSION)
         if v > SCHEMA_VERSION:
             raise MemfracError(
@@ -439,7 +439,7 @@ class Store:
     def _append(self, path: Path, rows: list[dict[str, Any]], columns: dict[str, str], ids: set[str]) -> None:
         new = _typed(rows, columns)
         if path.exists():
-            old = pd.read_parquet(path)
+            old = read_parquet(path)
             old = old[~old["run_id"].isin(ids)]
             for col in columns:  # a directory written before a column existed: NA there
                 if col not in old.columns:
@@ -447,6 +447,32 @@ class Store:
             old = old[list(columns)]
             new = pd.concat([old.astype(columns), new], ignore_index=True) if len(old) else new
         _atomic_parquet(path, new)
+
+
+def read_parquet(path: Path) -> pd.DataFrame:
+    """A results table, or one line naming the file and what is wrong with it (truncated, not parquet, …)."""
+    try:
+        return pd.read_parquet(path)
+    except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError; a truncated file an OSError too
+        why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise MemfracError(
+            f"{path}: not a readable parquet table ({why}); restore it, or write the directory again "
+            "(`memfrac sweep … --resume` or `memfrac ingest … --out DIR`)"
+        ) from None
+
+
+def read_manifest(path: Path) -> dict[str, Any]:
+    """manifest.json, or one line naming the file and what is wrong with it."""
+    try:
+        man = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        where = f"line {e.lineno} column {e.colno}"
+        raise MemfracError(f"{path}: not JSON ({e.msg} at {where}); restore or remove it") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise MemfracError(f"{path}: unreadable ({e}); restore or remove it") from None
+    if not isinstance(man, dict):
+        raise MemfracError(f"{path}: expected a JSON object with 'runs', got {type(man).__name__}")
+    return man
 
 
 def _safe(name: str) -> str:
@@ -460,7 +486,10 @@ def load_results(root: str | Path) -> pd.DataFrame:
         raise MemfracError(
             f"{root}: no results.parquet (create one with `memfrac sweep` or `memfrac ingest ... --out DIR`)"
         )
-    df = pd.read_parquet(p)
+    df = read_parquet(p)
+    missing = [c for c in ("schema_version", "run_id", "term", "verdict") if c not in df.columns]
+    if missing:
+        raise MemfracError(f"{p}: not a memfrac results table (no {', '.join(missing)} column)")
     if len(df) and int(df["schema_version"].max()) > SCHEMA_VERSION:
         raise MemfracError(f"{p}: schema {int(df['schema_version'].max())} is newer than this memfrac; upgrade")
     return df.astype({k: v for k, v in RESULT_COLUMNS.items() if k in df.columns})
@@ -471,7 +500,7 @@ def _load_optional(root: str | Path, name: str, columns: dict[str, str]) -> pd.D
     p = Path(root) / name
     if not p.exists():
         return _typed([], columns)
-    df = pd.read_parquet(p)
+    df = read_parquet(p)
     for col in columns:
         if col not in df.columns:
             df[col] = None
@@ -493,4 +522,11 @@ def load_ledger(root: str | Path) -> pd.DataFrame:
 
 
 def load_measurements(root: str | Path) -> list[Measurement]:
-    return [Measurement.load(p) for p in sorted((Path(root) / "measurements").glob("*.json"))]
+    out = []
+    for p in sorted((Path(root) / "measurements").glob("*.json")):
+        try:
+            out.append(Measurement.load(p))
+        except (ValueError, TypeError, KeyError, UnicodeDecodeError) as e:  # JSONDecodeError is a ValueError
+            why = f"{type(e).__name__}: {e}"
+            raise MemfracError(f"{p}: not a readable measurement ({why}); restore or remove it") from None
+    return out
