@@ -107,3 +107,12 @@ def test_the_checker_sees_a_climb_and_a_circle(tmp_path: Path) -> None:
     f.write_text("def f():\n    from profiler.face.cli import main\n\nif 0:\n    import profiler.sweep.plan\n")
     assert _imports(f) == {"profiler.face.cli", "profiler.sweep.plan"}
     assert _stage("profiler.face.cli") == "face" and _stage("profiler.core") == "core"
+
+
+def test_units_are_binary() -> None:
+    """One meaning of MiB and GiB (profiler/core/units.py): 1 MiB = 2**20 bytes, 1 GiB = 1024 MiB = 2**30 bytes."""
+    from profiler.core import units
+    from profiler.model import a2a, deepep, postcapture
+
+    assert (units.BYTES_PER_MIB, units.BYTES_PER_GIB, units.MIB_PER_GIB) == (1_048_576, 1_073_741_824, 1024.0)
+    assert a2a.MIB is deepep.MIB is postcapture.MIB is units.BYTES_PER_MIB

@@ -34,10 +34,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from profiler.core.units import BYTES_PER_GIB, BYTES_PER_MIB
 from profiler.model import deepep
 
-MIB = 1 << 20
-GIB = 1 << 30
+MIB = BYTES_PER_MIB
+GIB = BYTES_PER_GIB
 #: 32 MiB cudaMalloc workspace of the DeepEP-derived buffers (DeepEP, Mooncake EP and NIXL EP alike).
 WORKSPACE_32MIB_BYTES = 32 * MIB
 

@@ -34,6 +34,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
+from profiler.core.units import BYTES_PER_GIB, BYTES_PER_MIB
+
 __all__ = [
     "DeepEPInputs",
     "DeepEPSizes",
@@ -51,8 +53,8 @@ __all__ = [
 Mode = Literal["low_latency", "normal", "auto"]
 _MODES: tuple[str, ...] = ("low_latency", "normal", "auto")
 
-MIB = 1 << 20
-GIB = 1 << 30
+MIB = BYTES_PER_MIB
+GIB = BYTES_PER_GIB
 
 # csrc/kernels/legacy configs (LEGACY_*): fixed at DeepEP build time.
 NUM_MAX_NVL_PEERS = 8

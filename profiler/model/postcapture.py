@@ -24,11 +24,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from profiler.core.units import BYTES_PER_MIB
 from profiler.model.heuristic import RuleSet, inputs_from_scenario, reserve
 from profiler.model.heuristic.record import Reservation
 from profiler.model.scenario import Scenario
 
-MIB = 1 << 20
+MIB = BYTES_PER_MIB
 
 
 @dataclass(frozen=True, slots=True)
