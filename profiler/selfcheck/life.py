@@ -720,7 +720,7 @@ class CudaLife:
         return self._mib(self.t.cuda.mem_get_info(self.device)[0])
 
     def _settle(self) -> None:
-        from profiler.selfcheck.checks import settle
+        from profiler.selfcheck.cuda import settle
 
         settle(self.t)
 

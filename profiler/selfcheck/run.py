@@ -2,7 +2,7 @@
 
 Its own module so that the checks (`checks`) and the worker life (`life`, which judges with the checks' records)
 do not import each other: run → checks, run → life → checks. Everything of `checks` is reached through the module
-(`checks.find_libcudart`, …) so that a test's monkeypatch of `checks` applies here too.
+(`cuda.find_libcudart`, …) so that a test's monkeypatch of `checks` applies here too.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 from profiler.core.errors import MemfracError
 from profiler.measure.probe.snapshot import Probe
-from profiler.selfcheck import checks
+from profiler.selfcheck import checks, cuda
 from profiler.selfcheck.life import LifeTruth, free_memory_refusal, judge_life_dir, judge_life_records, run_cuda_life
 
 
@@ -47,7 +47,7 @@ def _guarded(
         return [checks.failed(name, f"could not measure: {type(e).__name__}: {e}", group)]
     finally:
         with contextlib.suppress(Exception):
-            checks.settle(torch)
+            cuda.settle(torch)
 
 
 def _allocator(torch: Any) -> str:
@@ -64,7 +64,7 @@ def selfcheck(device: int = 0, *, life: bool = True, probe_dir: str | Path | Non
     JSONL lands in `probe_dir` (a temporary directory, removed, when None). Raises checks.NoCudaDevice when the device
     is not visible, checks.NotEnoughFreeMemory when the life would not fit beside what else holds the GPU."""
     t0 = time.monotonic()
-    why = checks.cuda_unavailable_reason(device)
+    why = cuda.cuda_unavailable_reason(device)
     if why:
         raise checks.NoCudaDevice(why)
     import torch
@@ -98,19 +98,19 @@ def selfcheck(device: int = 0, *, life: bool = True, probe_dir: str | Path | Non
 
         report.checks.extend(_guarded(name, fn, torch))
 
-    run("idle", lambda: checks.read_idle(torch, probe))
-    run("torch tensor", lambda: checks.read_torch_tensor(torch, probe, device))
-    rt: checks.CudaRuntime | None = None
+    run("idle", lambda: cuda.read_idle(torch, probe))
+    run("torch tensor", lambda: cuda.read_torch_tensor(torch, probe, device))
+    rt: cuda.CudaRuntime | None = None
 
     def malloc() -> checks.AllocReadings:
         nonlocal rt
-        rt = checks.CudaRuntime(checks.find_libcudart(), device)
+        rt = cuda.CudaRuntime(cuda.find_libcudart(), device)
         report.libcudart = f"{rt.path} (runtime {rt.version})"
-        return checks.read_cuda_malloc(torch, probe, rt)
+        return cuda.read_cuda_malloc(torch, probe, rt)
 
     run("cudaMalloc", malloc)
-    run("graph ladder", lambda: checks.read_graph_ladder(torch, probe, device))
-    run("peak reset", lambda: checks.read_peak_reset(torch, probe, device))
+    run("graph ladder", lambda: cuda.read_graph_ladder(torch, probe, device))
+    run("peak reset", lambda: cuda.read_peak_reset(torch, probe, device))
     report.readings[checks.ATTRIBUTION] = recorded
     if life:
         _run_life(report, torch, device, rt, probe_dir)
@@ -119,7 +119,7 @@ def selfcheck(device: int = 0, *, life: bool = True, probe_dir: str | Path | Non
 
 
 def _run_life(
-    report: checks.SelfcheckReport, torch: Any, device: int, rt: checks.CudaRuntime | None, probe_dir: Any
+    report: checks.SelfcheckReport, torch: Any, device: int, rt: cuda.CudaRuntime | None, probe_dir: Any
 ) -> None:
     """The worker life on this device, judged; its checks, ledger and readings join the report."""
 
@@ -138,7 +138,7 @@ def _run_life(
             return
         finally:
             with contextlib.suppress(Exception):
-                checks.settle(torch)
+                cuda.settle(torch)
         res = judge_life_dir(d, truth)
         report.checks += res.checks
         report.ledger = res.ledger
@@ -149,7 +149,7 @@ def run_selfcheck(json_out: bool = False, device: int = 0, probe_dir: str | None
     """`memfrac selfcheck`: prints the report (tables, or with json_out the JSON document) and returns 0 when
     every check passes, 1 when one fails, 2 when no CUDA device is visible or the worker life cannot fit
     (one line on stderr)."""
-    why = checks.cuda_unavailable_reason(device)
+    why = cuda.cuda_unavailable_reason(device)
     if why:
         print(f"memfrac selfcheck: {why}; nothing to check", file=sys.stderr)
         return 2

@@ -18,6 +18,7 @@ from profiler.core.measurement import Snapshot
 from profiler.measure.probe import plugin
 from profiler.measure.probe.reader import read_probe_dir
 from profiler.selfcheck import checks as sc
+from profiler.selfcheck import cuda as scc
 from profiler.selfcheck import life
 from profiler.selfcheck import run as scr
 from tests.fakes import sim_worker
@@ -69,7 +70,7 @@ def test_torch_missing_is_no_cuda(monkeypatch, capsys):
 def test_cpu_only_torch_build(monkeypatch):
     torch = pytest.importorskip("torch")
     monkeypatch.setattr(torch.version, "cuda", None)
-    assert "CPU-only build" in (sc.cuda_unavailable_reason() or "")
+    assert "CPU-only build" in (scc.cuda_unavailable_reason() or "")
 
 
 # --- tolerance and judging -----------------------------------------------------------------------------------
@@ -733,7 +734,7 @@ def test_run_selfcheck_exit_status_and_json(monkeypatch, capsys, tmp_path, pass_
     r = _full_report(tmp_path)
     if not pass_all:
         r.checks += sc.judge_cuda_malloc(sc.AllocReadings(256.0, _s(7e4), _s(69_744.0, 256.0, 256.0), _s(7e4)))
-    monkeypatch.setattr(sc, "cuda_unavailable_reason", lambda device=0: None)
+    monkeypatch.setattr(scc, "cuda_unavailable_reason", lambda device=0: None)
     monkeypatch.setattr(scr, "selfcheck", lambda device=0, probe_dir=None: r)
     assert scr.run_selfcheck() == rc
     assert "checks passed" in capsys.readouterr().out
@@ -746,7 +747,7 @@ def test_too_little_free_memory_exits_2_with_one_line(monkeypatch, capsys):
     def refuse(device=0, probe_dir=None):
         raise sc.NotEnoughFreeMemory(life.free_memory_refusal(5000.0, device))
 
-    monkeypatch.setattr(sc, "cuda_unavailable_reason", lambda device=0: None)
+    monkeypatch.setattr(scc, "cuda_unavailable_reason", lambda device=0: None)
     monkeypatch.setattr(scr, "selfcheck", refuse)
     assert scr.run_selfcheck(json_out=True) == 2
     out, err = capsys.readouterr()
@@ -773,9 +774,9 @@ def test_guarded_turns_an_exception_into_a_failed_check():
 
 
 def _isolate_finder(monkeypatch, dirs: list[Path]) -> None:
-    monkeypatch.setattr(sc, "loaded_libcudart", lambda: None)
-    monkeypatch.setattr(sc, "libcudart_search_dirs", lambda: dirs)
-    monkeypatch.setattr(sc, "_system_libcudart", lambda: None)
+    monkeypatch.setattr(scc, "loaded_libcudart", lambda: None)
+    monkeypatch.setattr(scc, "libcudart_search_dirs", lambda: dirs)
+    monkeypatch.setattr(scc, "_system_libcudart", lambda: None)
 
 
 def test_finder_names_what_it_looked_for(monkeypatch, tmp_path):
@@ -784,7 +785,7 @@ def test_finder_names_what_it_looked_for(monkeypatch, tmp_path):
     (b / "libcudart_static.a").write_bytes(b"")  # a static archive is no shared library
     _isolate_finder(monkeypatch, [a, b])
     with pytest.raises(sc.LibcudartNotFound) as ei:
-        sc.find_libcudart()
+        scc.find_libcudart()
     msg = str(ei.value)
     assert isinstance(ei.value, MemfracError)
     assert "libcudart.so*" in msg and str(a) in msg and str(b) in msg
@@ -798,18 +799,18 @@ def test_finder_picks_the_runtime_matching_torch(monkeypatch, tmp_path):
     for n in ("libcudart.so.12", "libcudart.so.13", "libcudart_static.a"):
         (d / n).write_bytes(b"")
     _isolate_finder(monkeypatch, [tmp_path / "missing", d])
-    monkeypatch.setattr(sc, "_torch_cuda_major", lambda: "13")
-    assert sc.find_libcudart() == d / "libcudart.so.13"
-    monkeypatch.setattr(sc, "_torch_cuda_major", lambda: "12")
-    assert sc.find_libcudart() == d / "libcudart.so.12"
+    monkeypatch.setattr(scc, "_torch_cuda_major", lambda: "13")
+    assert scc.find_libcudart() == d / "libcudart.so.13"
+    monkeypatch.setattr(scc, "_torch_cuda_major", lambda: "12")
+    assert scc.find_libcudart() == d / "libcudart.so.12"
 
 
 def test_finder_prefers_the_loaded_runtime_then_the_system_one(monkeypatch, tmp_path):
     _isolate_finder(monkeypatch, [])
-    monkeypatch.setattr(sc, "_system_libcudart", lambda: "libcudart.so.13")
-    assert sc.find_libcudart() == Path("libcudart.so.13")
-    monkeypatch.setattr(sc, "loaded_libcudart", lambda: tmp_path / "libcudart.so.13")
-    assert sc.find_libcudart() == tmp_path / "libcudart.so.13"
+    monkeypatch.setattr(scc, "_system_libcudart", lambda: "libcudart.so.13")
+    assert scc.find_libcudart() == Path("libcudart.so.13")
+    monkeypatch.setattr(scc, "loaded_libcudart", lambda: tmp_path / "libcudart.so.13")
+    assert scc.find_libcudart() == tmp_path / "libcudart.so.13"
 
 
 def test_loaded_libcudart_reads_maps_and_skips_vendored_copies(tmp_path):
@@ -823,19 +824,19 @@ def test_loaded_libcudart_reads_maps_and_skips_vendored_copies(tmp_path):
         f"7f02-7f03 r-xp 00000000 08:01 43 {plain}\n"
         "7f03-7f04 r--p 00000000 08:01 44 /gone/libcudart.so.12 (deleted)\n"
     )
-    assert sc.loaded_libcudart(str(maps)) == plain
+    assert scc.loaded_libcudart(str(maps)) == plain
     maps.write_text(f"7f00-7f01 r-xp 00000000 08:01 42 {vendored}\n")
-    assert sc.loaded_libcudart(str(maps)) == vendored
-    assert sc.loaded_libcudart(str(tmp_path / "no-such-maps")) is None
+    assert scc.loaded_libcudart(str(maps)) == vendored
+    assert scc.loaded_libcudart(str(tmp_path / "no-such-maps")) is None
 
 
 def test_search_dirs_cover_torch_and_the_runtime_wheels(monkeypatch, tmp_path):
     sp = tmp_path / "site-packages"
     (sp / "nvidia" / "cuda_nvrtc" / "lib").mkdir(parents=True)
-    monkeypatch.setattr(sc.site, "getsitepackages", lambda: [str(sp)])
+    monkeypatch.setattr(scc.site, "getsitepackages", lambda: [str(sp)])
     monkeypatch.setenv("CUDA_HOME", str(tmp_path / "cuda"))
     monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(__file__=str(sp / "torch" / "__init__.py")))
-    dirs = sc.libcudart_search_dirs()
+    dirs = scc.libcudart_search_dirs()
     for want in (
         sp / "torch" / "lib",
         sp / "nvidia" / "cuda_runtime" / "lib",
@@ -850,7 +851,7 @@ def test_search_dirs_cover_torch_and_the_runtime_wheels(monkeypatch, tmp_path):
 
 def test_ladder_floor():
     # bs 64 × 256 rows × FFN 4096 × 2 bytes: the FFN activation the largest capture must hold at once
-    assert sc.ladder_floor_mib(2) == 128.0
+    assert scc.ladder_floor_mib(2) == 128.0
 
 
 # --- the whole run against a simulated GPU -------------------------------------------------------------------
@@ -1006,9 +1007,9 @@ def _run_fake(monkeypatch, flaw: str = "") -> sc.SelfcheckReport:
     gpu = _Gpu(flaw)
     monkeypatch.setitem(sys.modules, "torch", _fake_torch(gpu))
     monkeypatch.setitem(sys.modules, "pynvml", None)  # no NVML: that column reads "-"
-    monkeypatch.setattr(sc, "find_libcudart", lambda: Path("/fake/libcudart.so.13"))
-    monkeypatch.setattr(sc, "CudaRuntime", lambda path, device: _FakeRuntime(gpu))
-    monkeypatch.setattr(sc, "_mlp", lambda torch, device, dtype: _fake_model(gpu))
+    monkeypatch.setattr(scc, "find_libcudart", lambda: Path("/fake/libcudart.so.13"))
+    monkeypatch.setattr(scc, "CudaRuntime", lambda path, device: _FakeRuntime(gpu))
+    monkeypatch.setattr(scc, "_mlp", lambda torch, device, dtype: _fake_model(gpu))
     return scr.selfcheck(0, life=False)
 
 

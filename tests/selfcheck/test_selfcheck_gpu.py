@@ -13,6 +13,7 @@ import json
 import pytest
 
 from profiler.selfcheck import checks as sc
+from profiler.selfcheck import cuda as scc
 from profiler.selfcheck import life
 from profiler.selfcheck import run as scr
 
@@ -82,7 +83,7 @@ def test_exact_torch_layers(report):
 def test_graph_ladder_measures_real_memory(report):
     """The ladder is not vacuous: its pool held at least the bs=64 FFN activation, and it is all torch's."""
     total = _by_name(report)[f"graph ladder total ({len(sc.LADDER)} graphs, replayed)"]
-    assert (total.measured["torch_reserved"] or 0) >= sc.ladder_floor_mib(2), _text(report)
+    assert (total.measured["torch_reserved"] or 0) >= scc.ladder_floor_mib(2), _text(report)
     rungs = [c for c in report.checks if c.name.startswith("graph capture bs=")]
     assert all((c.measured["torch_reserved"] or 0) >= 0 for c in rungs)
 
