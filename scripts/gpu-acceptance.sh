@@ -9,7 +9,7 @@
 #   selfcheck.json       `memfrac selfcheck --json` (schema memfrac-selfcheck/2: checks, the life's ledger, readings)
 #   selfcheck.stderr     its stderr (one line when it refuses: no CUDA, too little free memory)
 #   probe/probe-*.jsonl  the worker life's probe records, as the real Recorder wrote them
-#   pytest-gpu.txt       pytest -m gpu tests/test_selfcheck_gpu.py (the same checks, asserted)
+#   pytest-gpu.txt       pytest -m gpu tests/selfcheck/test_selfcheck_gpu.py (the same checks, asserted)
 #   pytest-cpu.txt       the CPU judges' tests on this machine's Python and torch (no GPU needed)
 #
 # Hard limit: MEMFRAC_ACCEPTANCE_LIMIT_S seconds for everything (default 540; each step gets what is left, capped),
@@ -105,9 +105,9 @@ EOF
 
 if "$PY" -c "import pytest" 2>/dev/null; then
     step "pytest -m gpu" 240 "$OUT/pytest-gpu.txt" /dev/null \
-        sh -c "'$PY' -m pytest -q -m gpu -p no:cacheprovider tests/test_selfcheck_gpu.py 2>&1"
+        sh -c "'$PY' -m pytest -q -m gpu -p no:cacheprovider tests/selfcheck/test_selfcheck_gpu.py 2>&1"
     step "pytest (CPU judges)" 120 "$OUT/pytest-cpu.txt" /dev/null \
-        sh -c "'$PY' -m pytest -q -p no:cacheprovider tests/test_selfcheck.py tests/test_probe_truth.py 2>&1"
+        sh -c "'$PY' -m pytest -q -p no:cacheprovider tests/selfcheck/test_selfcheck.py tests/measure/test_probe_truth.py 2>&1"
 else
     echo "pytest: not installed for $PY: the test steps were not run" >>"$S"
 fi

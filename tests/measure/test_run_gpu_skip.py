@@ -1,4 +1,4 @@
-"""The GPU acceptance test's skip logic (tests/test_run_gpu.py), checked on any machine.
+"""The GPU acceptance test's skip logic (tests/measure/test_run_gpu.py), checked on any machine.
 
 A GPU machine may lack sglang, or (for a prefill worker) mooncake or libibverbs: the GPU test must then skip
 and say what to install, not fail inside the worker start. CUDA, the package finder and the library finder

@@ -4,7 +4,7 @@ Each case cites the file and line of `sglang-X/sglang/srt/...` (`pip download --
 arithmetic it replays; the value in the comment is worked out from that code, not read from the model.
 GPU sizes are nvidia-smi's memory.total in MiB: RTX 4090 24564, H100 81559, H20 97871, H200 143771,
 B200 183359, B300 275040. The real resolvers of the group representatives are checked against the same
-model in tests/test_conformance.py.
+model in tests/engine/test_conformance.py.
 """
 
 from __future__ import annotations

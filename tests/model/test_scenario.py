@@ -145,7 +145,7 @@ def test_scenario_dict_is_json_ready():
 
 @pytest.mark.parametrize(
     "keys",
-    [  # each is accepted by the real sglang 0.5.23 resolver (tests/test_validation.py replays them): memfrac no
+    [  # each is accepted by the real sglang 0.5.23 resolver (tests/engine/test_validation.py replays them): memfrac no
         # longer refuses what sglang accepts
         {"tp": 4, "ep": 3},  # sglang: 0.897 (ep is overridden or ignored)
         {"moe_a2a_backend": "deepep"},  # DeepEP at tp 1: 0.883 for Qwen3-30B-A3B on H200
