@@ -63,8 +63,9 @@ from typing import Any
 
 from profiler.core.errors import MemfracError
 from profiler.core.measurement import Snapshot
+from profiler.core.units import BYTES_PER_MIB
 
-MIB = 1 << 20
+MIB = BYTES_PER_MIB
 REL_TOL = 0.05
 ABS_TOL_MIB = 2.0
 TOLERANCE_RULE = "|measured − expected| ≤ max(5% of the check's size, 2 MiB)"
