@@ -228,3 +228,20 @@ def test_explain_shows_the_buffer_beside_the_reserve_and_both_post_capture_answe
     d = e.as_dict()
     assert d["a2a"]["device_bytes"] == 2_516_748_064 and d["a2a"]["verdict"] == "over_reserve"
     assert d["post_capture"]["planned"] is False
+
+
+def test_one_derivation_of_a_scenarios_deepep_inputs():
+    """The sweep's DeepEP columns (a2a_inputs.deepep_sizes_mib) come from the same inputs as the a2a report:
+    EP size = tp, dispatch tokens from SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK or sglang's 128."""
+    s = single_scenario(DSV3, "H200", mode="decode", tp=8, moe_a2a_backend="deepep")
+    inp = a2a_inputs.inputs_for(s)
+    assert (inp.hidden, inp.num_experts, inp.num_ranks, inp.tokens_per_rank) == (7168, 256, 8, 128)
+    analytic, device = a2a_inputs.deepep_sizes_mib(s)
+    # analytic 335,709,824 + 160 + 33,554,432 + 1,908,410,496 = 2,277,674,912 B; device with the LL RDMA buffer
+    # rounded to 4 NVSHMEM granules of 512 MiB: 2,516,748,064 B (tests/model/test_deepep.py, by hand)
+    assert (analytic, device) == (2_277_674_912 / MIB, 2_516_748_064 / MIB)
+    twice = single_scenario(DSV3, "H200", mode="decode", tp=8, moe_a2a_backend="deepep", a2a_dispatch_tokens=256)
+    assert a2a_inputs.inputs_for(twice).tokens_per_rank == 256
+    # the low-latency RDMA buffer doubles with the tokens (test_doubling_tokens_doubles_all_but_signal_and_last_block)
+    assert a2a_inputs.deepep_sizes_mib(twice)[0] > analytic
+    assert a2a_inputs.deepep_sizes_mib(single_scenario(DSV3, "H200", tp=8)) == (None, None)
