@@ -24,7 +24,7 @@ from PIL import Image as PILImage
 
 from profiler.face.report import write_report
 from profiler.results.store import load_results
-from tests.test_report import probe_results
+from tests.face.test_report import probe_results
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 if CHROMIUM is None and os.environ.get("CI"):

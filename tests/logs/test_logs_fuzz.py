@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from profiler.logs import parse_log
 from profiler.logs.lines import MATCHERS, PrefixLearner, ReMatcher
+from tests.logs.test_logs_prefixes import TEXT, records
 from tests.logstyles import COMPRESS, SERVING
-from tests.test_logs_prefixes import TEXT, records
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 NAMES = sorted(TEXT)

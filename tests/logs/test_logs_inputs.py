@@ -16,8 +16,8 @@ from profiler.ingest.core import log_files, read_logs, run_ingest
 from profiler.logs import parse_log, read_log
 from profiler.logs.inputs import content_kind, is_log_name, sniff
 from tests.conftest import LOG_FIXTURES
+from tests.logs.test_logs_prefixes import records
 from tests.logstyles import COMPRESS
-from tests.test_logs_prefixes import records
 
 LOG = LOG_FIXTURES / "repo_unknown_qwen3-0.6b_wsl_4gb.log"
 

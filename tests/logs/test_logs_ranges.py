@@ -27,8 +27,8 @@ from profiler.logs.lines import (
     scan_range,
     split_ranges,
 )
+from tests.logs.test_logs_prefixes import LOGS, TEXT, records
 from tests.logstyles import COMPRESS, SERVING, prefixed
-from tests.test_logs_prefixes import LOGS, TEXT, records
 
 
 def _matchers() -> list[ReMatcher]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_run_gpu import gpu_run_missing
+from tests.measure.test_run_gpu import gpu_run_missing
 
 
 def finder(*present: str):
