@@ -15,6 +15,18 @@ from __future__ import annotations
 import math
 from functools import lru_cache, partial
 
+from profiler.model.heuristic.constants import (
+    ACTIVATION_MIB_PER_TOKEN,
+    CONSTANT_MIB,
+    DECODE_GRAPH_MIB_PER_BS,
+    FLOOR_GPU_MIB,
+    FLOOR_MIB,
+    MIN_ACTIVATION_TOKENS,
+    PARALLEL_MIB_PER_TP_PP,
+    PREFILL_GRAPH_MIB_PER_BUCKET,
+    PREFILL_GRAPH_MLA_MIB,
+    XPU_MIB,
+)
 from profiler.model.heuristic.record import TERM_NAMES, HeuristicInputs, Reservation, Resolved, Step
 from profiler.model.heuristic.rules import BCG_MULTIMODAL_OK, DEFAULT_RULES, Band, RuleSet
 
@@ -358,7 +370,7 @@ def evaluate(
     flags: list[str] = []
     role_aware = rules.role_aware
     deepep = inp.moe_a2a_backend == "deepep"
-    par = inp.tp * inp.pp / 8 * 1024
+    par = inp.tp * inp.pp * PARALLEL_MIB_PER_TP_PP
     mib[PARALLEL], on[PARALLEL] = par, True
 
     if res.post_capture_sizing:
@@ -373,30 +385,30 @@ def evaluate(
                       SPECULATIVE, XPU):  # fmt: skip
                 why[i] = "post-capture sizing: measured after graph capture instead"
     else:
-        mib[CONSTANT], on[CONSTANT] = 512.0, True
+        mib[CONSTANT], on[CONSTANT] = CONSTANT_MIB, True
         # activation slack
         if role_aware and mode == "decode":
             running = inp.max_running_requests or res.decode_max_bs or 1
             draft = inp.speculative_num_draft_tokens or 1
-            tokens = max(running * draft, 2048)
+            tokens = max(running * draft, MIN_ACTIVATION_TOKENS)
             if why is not None:
                 src = "max_running_requests" if inp.max_running_requests else "decode max_bs"
                 why[ACTIVATION] = (
                     f"decode node: max({src} {running} × draft tokens {draft}, 2048) = {tokens} tokens × 1.5"
                 )
         elif res.chunked_prefill_size > 0:
-            tokens = max(res.chunked_prefill_size, 2048)
+            tokens = max(res.chunked_prefill_size, MIN_ACTIVATION_TOKENS)
             if why is not None:
                 why[ACTIVATION] = f"max(chunked_prefill_size {res.chunked_prefill_size}, 2048) = {tokens} tokens × 1.5"
         else:
-            tokens = max(res.max_prefill_tokens, 2048)
+            tokens = max(res.max_prefill_tokens, MIN_ACTIVATION_TOKENS)
             if why is not None:
                 why[ACTIVATION] = (
                     f"chunking off: max(max_prefill_tokens {res.max_prefill_tokens}, 2048) = {tokens} tokens × 1.5"
                 )
-        act = tokens * 1.5
+        act = tokens * ACTIVATION_MIB_PER_TOKEN
         mib[ACTIVATION], on[ACTIVATION] = act, True
-        total = 512.0 + act + par
+        total = CONSTANT_MIB + act + par
         if why is not None:
             why[CONSTANT] = "constant metadata (attention backends etc.)"
             why[PARALLEL] = f"tp {inp.tp} × pp {inp.pp} / 8 × 1024"
@@ -404,8 +416,8 @@ def evaluate(
         # decode graph
         max_bs = res.decode_max_bs
         if not role_aware or (res.decode_backend != DISABLED and mode != "prefill"):
-            mib[DECODE_GRAPH], on[DECODE_GRAPH] = max_bs * 2, True
-            total += max_bs * 2
+            mib[DECODE_GRAPH], on[DECODE_GRAPH] = max_bs * DECODE_GRAPH_MIB_PER_BS, True
+            total += max_bs * DECODE_GRAPH_MIB_PER_BS
             if why is not None:
                 why[DECODE_GRAPH] = f"decode max_bs {max_bs} × 2 MiB" + (
                     "" if role_aware else " (added unconditionally before PR #29615)"
@@ -442,7 +454,7 @@ def evaluate(
                 why[PREFILL_BCG_DEEPEP] = f"rule set {rules.name} has no prefill-BCG DeepEP delta"
         elif res.prefill_backend != DISABLED and not (role_aware and mode == "decode"):
             flat = inp.is_mla and rules.pcg_mla_flat
-            pg = 1536.0 if flat else len(res.prefill_bs) * 8.0
+            pg = PREFILL_GRAPH_MLA_MIB if flat else len(res.prefill_bs) * PREFILL_GRAPH_MIB_PER_BUCKET
             mib[PREFILL_GRAPH], on[PREFILL_GRAPH] = pg, True
             total += pg
             if why is not None:
@@ -474,12 +486,12 @@ def evaluate(
             why[PREFILL_BCG_DEEPEP] = "no prefill graph"
 
         # the 10 GiB floor on GPUs above 60 GiB
-        if gpu is not None and gpu > 60 * 1024 and total < 10 * 1024:
-            mib[FLOOR_TOPUP], on[FLOOR_TOPUP] = 10 * 1024 - total, True
+        if gpu is not None and gpu > FLOOR_GPU_MIB and total < FLOOR_MIB:
+            mib[FLOOR_TOPUP], on[FLOOR_TOPUP] = FLOOR_MIB - total, True
             flags.append("floor_applied")
             if why is not None:
                 why[FLOOR_TOPUP] = f"10 GiB floor on a {gpu} MiB GPU lifts {total:g} MiB of terms to 10240"
-            total = 10 * 1024.0
+            total = FLOOR_MIB
         elif why is not None:
             why[FLOOR_TOPUP] = (
                 "GPU size unknown"
@@ -532,8 +544,8 @@ def evaluate(
                 why[PREFILL_GRAPH] = "piecewise prefill graph off"
 
         if rules.xpu_term and inp.platform == "xpu":
-            mib[XPU], on[XPU] = 2048.0, True
-            total += 2048.0
+            mib[XPU], on[XPU] = XPU_MIB, True
+            total += XPU_MIB
             if why is not None:
                 why[XPU] = "XPU: oneDNN scratch for unaligned matmuls"
         elif why is not None:

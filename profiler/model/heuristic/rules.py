@@ -29,6 +29,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from profiler.model.heuristic.constants import DEEPEP_A2A_MIB
+
 
 @dataclass(frozen=True, slots=True)
 class Band:
@@ -391,7 +393,7 @@ R_0_5_15 = replace(
     releases="0.5.15, 0.5.15.post1",
     prefill_default="breakable",
     role_aware=True,
-    deepep_a2a_mib=2048.0,
+    deepep_a2a_mib=DEEPEP_A2A_MIB,
     bcg_disables_mla=True,
     bcg_disables_dp_attention=True,
     bcg_disables_any_a2a=True,
