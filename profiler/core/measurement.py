@@ -205,6 +205,8 @@ class Failure:
     allocated_by_torch_mib: float | None = None
     reserved_unallocated_mib: float | None = None
     private_pools_mib: float | None = None  # "X is allocated by PyTorch ... in private pools" (CUDA graphs)
+    reserved_by_torch_mib: float | None = None  # old-format (torch ≤ 2.0, torch_npu) "X reserved in total by PyTorch"
+    outside_torch_mib: float | None = None  # in use − allocated by PyTorch − reserved but unallocated (as printed)
     capture_bs: int | None = None  # batch size being captured, when known
 
     @property

@@ -33,10 +33,11 @@ from profiler.logs.failures import (
     OomWindow,
     evidence,
     failure_kind,
+    quoted_fraction,
 )
 from profiler.logs.identity import finalize_run, version_cue
 from profiler.logs.launchcmd import is_launch_command, parse_launch_command
-from profiler.logs.lines import LineScanner, Prefixed, PrefixLearner, split_glued
+from profiler.logs.lines import LineScanner, Prefixed, PrefixLearner, shape, split_glued
 from profiler.logs.oom import is_complete, parse_oom
 from profiler.logs.patterns import GRAPH_PHASES, KNOWN, MEMORYISH, TRAFFIC_HEADS, Event, classify, traffic
 from profiler.logs.run import VersionCue, _RankState, _Run
@@ -46,6 +47,7 @@ GIB = 1024.0
 RESOLUTION_MIB = 10.24  # sglang prints GiB with two decimals: ±0.005 GiB, a step of 10.24 MiB
 MAX_EXAMPLES = 5
 MAX_CONTINUATION_LINES = 200
+MAX_FRAME_HINT_LINES = 200  # a traceback's frames name the phase of a failure line at most this far below them
 MAX_ARGS_LINES = 400  # a server_args repr wrapped by a terminal, or split by docker/CRI at 16 KiB
 MAX_ARGS_CHARS = 400_000
 MEMORY_BACK_MIB = 1024.0  # a new weight load with this much more free than the last phase left: a new process
@@ -78,6 +80,8 @@ class LogBuilder:
         self._ts_cache: dict[str, float | None] = {}
         self._last_arch: tuple[str, int] | None = None
         self._cues: list[tuple[int, VersionCue]] = []  # every release cue in the file (see _assign_cues)
+        self._frame_hint: tuple[int, str] | None = None  # a traceback frame's phase seen before its failure line
+        self._orphans: list[tuple[_Run, _RankState]] = []  # untagged ranks made for tqdm bars before any rank
 
     # ---- input ---------------------------------------------------------------------------------------
     def learn(self, head: str) -> None:
@@ -229,6 +233,14 @@ class LogBuilder:
             run.server_args = sa
             run.m.notes.append(f"server_args line {w.line} wrapped over {len(w.parts) + 1} lines; read joined")
             return
+        if sa is not None and len(sa.args) > len(w.first.args):
+            # wrapped AND cut before its end (sglang-27351: broken at "max_total_tokens" / "=None", never
+            # closed): the joined text reads further than its first line
+            run.server_args = sa
+            where = f" inside '{sa.cut_at}'" if sa.cut_at else ""
+            run.m.notes.append(f"server_args line {w.line} wrapped over {len(w.parts) + 1} lines and cut off{where}; "
+                               "read joined, later fields unknown")  # fmt: skip
+            return
         where = f" inside '{w.first.cut_at}'" if w.first.cut_at else ""
         run.m.notes.append(f"server_args line {w.line} is cut off{where}; later fields unknown")
         for n, t, p in w.parts:  # not the repr's continuation: each line on its own
@@ -236,6 +248,7 @@ class LogBuilder:
 
     # ---- events ---------------------------------------------------------------------------------------
     def _event(self, lineno: int, label: str | None, date: str | None, hms: str | None, ev: Event) -> None:
+        self._frame_hint = None  # a memory line between: the frames before it are not the next failure's
         self._event_kind(lineno, label, date, hms, ev)
         if ev.fmt is not None:
             self._run.formats.setdefault(ev.fmt, lineno)  # the run that took the line (it may have split)
@@ -379,12 +392,17 @@ class LogBuilder:
         name = ev.phase or "runtime"
         rank = rs.rank
         if name == "weights" and rank.phase("weights") is not None:
-            ev = ev._replace(details={**(ev.details or {}), "load_index": len(rank.phases_named("weights")) + 1})
+            # A second load in one run (memory did not come back: `_memory_back`): the speculative draft model
+            # (eagle_worker / DSPARK build a second ModelRunner that loads into what the target left).
+            ev = ev._replace(details={**(ev.details or {}), "load_index": len(rank.phases_named("weights")) + 1,
+                                      "role": "draft"})  # fmt: skip
             self._run.m.notes.append(
-                f"line {lineno}: second weight load on rank '{rank.label}' in one run (a draft model, or a "
-                "paste of another start without its header); phases kept in order"
+                f"line {lineno}: second weight load on rank '{rank.label}' in one run, with no more memory free "
+                "than the target left: read as the speculative draft model's (role draft)"
             )
         ph = Phase(name=name, before=Snapshot(t=t, free_mib=_mib(ev.free)), line=lineno)
+        if name in GRAPH_PHASES and ev.free is not None:
+            ph.details["begin_avail_mib"] = ev.free * GIB  # the capture-begin line's own reading
         rank.phases.append(ph)
         rs.open[name] = ph
         self._apply(ph, ev)
@@ -396,6 +414,10 @@ class LogBuilder:
         ph = rs.open.pop(name, None)
         if ph is None:
             ph = Phase(name=name, line=lineno)
+            if _draft_repeat(rs, name):
+                ph.details["role"] = "draft"
+                self._run.m.notes.append(f"line {lineno}: a second '{name}' end on rank '{rs.rank.label}' with "
+                                         "none open: the draft model runner's (role draft)")  # fmt: skip
             rs.rank.phases.append(ph)
         ph.after = Snapshot(t=t, free_mib=_mib(ev.free))
         if ev.usage is not None:
@@ -409,15 +431,21 @@ class LogBuilder:
     def _note(self, rs: _RankState, lineno: int, t: float | None, ev: Event) -> None:
         name = ev.phase or "runtime"
         ph = rs.open.get(name)
+        d = ev.details or {}
         if ph is None:
             last = rs.rank.phases[-1] if rs.rank.phases else None
-            if last is not None and last.name == name:
+            if last is not None and last.name == name and not _pool_after_pool(last, ev):
                 ph = last
             else:
                 ph = Phase(name=name, line=lineno)
+                if last is not None and _pool_after_pool(last, ev):
+                    # "KV Cache is allocated" again after the rank's pool ended ("Memory pool end"): the draft
+                    # model runner's own pool (club-3090-1261: target K=V 3.46 GB, then draft K=V 1.08 GB)
+                    ph.details["role"] = "draft"
+                    self._run.m.notes.append(f"line {lineno}: a second KV pool on rank '{rs.rank.label}' after its "
+                                             "pool ended: the draft model's (role draft)")  # fmt: skip
                 rs.rank.phases.append(ph)
                 rs.open[name] = ph
-        d = ev.details or {}
         if ev.kind == "kv" and _second_pool(ph, d):
             # A second "KV Cache is allocated" on one rank (hybrid SWA models allocate a full and a window
             # pool): kept beside the first, summed where the budget is read, never overwriting it.
@@ -532,6 +560,10 @@ class LogBuilder:
         d = ev.details or {}
         bs, n = d.get("bs"), d.get("n")
         free = _mib(ev.free)
+        if free is not None:  # the lowest tqdm reading: the worst point seen when the capture never ended
+            low = ph.details.get("min_ladder_avail_mib")
+            if low is None or free < low:
+                ph.details["min_ladder_avail_mib"] = free
         if ph.ladder:
             last = ph.ladder[-1]
             if bs is not None and last.bs == bs:
@@ -571,6 +603,8 @@ class LogBuilder:
         rs = run.ranks.get(label)
         if rs is None:
             rs = run.ranks[label] = _RankState(label)
+            if not label:  # a bar before any rank logged (an excerpt that starts mid-capture): TP0's, seen later
+                self._orphans.append((run, rs))
         return rs
 
     @staticmethod
@@ -582,6 +616,8 @@ class LogBuilder:
     # ---- failures -----------------------------------------------------------------------------------
     def _failure(self, lineno: int, label: str | None, ev: Evidence) -> None:
         run = self._run
+        if ev.what in ("no_kv", "exception", "tail", "oom") and (q := quoted_fraction(ev.message)) is not None:
+            run.quoted_args.setdefault("mem_fraction_static", (q, f"log line {lineno} (quoted by an error message)"))
         if label:  # tagged with ranks: that rank (created if new)
             rs = run.ranks.get(label)
             if rs is None:
@@ -591,6 +627,12 @@ class LogBuilder:
             target = self._last_label
             rs = run.ranks.get(target) if target is not None else None
         run.touch(lineno)
+        if ev.what == "frame" and ev.phase_hint and (rs is None or rs.fs is None) and self._frame_hint is None:
+            # The outermost frame that names a phase, before any failure line: an excerpt cut above the traceback
+            # header still says where the code was (gpustack-4761, sglang-12496: memory_pool.py → kv_pool).
+            self._frame_hint = (lineno, ev.phase_hint)
+        elif ev.what == "traceback":
+            self._frame_hint = None
         if ev.what == "sigquit" and (rs is None or rs.fs is None) and self._any_failure(run):
             run.m.notes.append(f"line {lineno}: launcher received sigquit (a child failed)")
             return
@@ -610,6 +652,7 @@ class LogBuilder:
             return
         if rs.fs is None:
             rs.fs = FailureState(lineno, ev.message)
+            self._take_frame_hint(rs.fs, lineno)
             rs.fs.tentative = ev.what == "tail"
             rs.fs.failure.phase = _in_flight(rs, run, lineno)
             if run.floating is not None:
@@ -631,12 +674,18 @@ class LogBuilder:
             return
         if run.floating is None:
             run.floating = FailureState(lineno, ev.message)
+            self._take_frame_hint(run.floating, lineno)
             run.floating.tentative = ev.what == "tail"
         elif ev.what in DEFINITIVE:
             run.floating.tentative = False
         run.floating.absorb(ev)
         if ev.what in ("oom", "capture"):
             self._open_window(run.floating, ev.message)
+
+    def _take_frame_hint(self, fs: FailureState, lineno: int) -> None:
+        hint, self._frame_hint = self._frame_hint, None
+        if hint is not None and fs.hint is None and lineno - hint[0] <= MAX_FRAME_HINT_LINES:
+            fs.hint = hint[1]
 
     def _open_window(self, fs: FailureState, text: str) -> None:
         self._apply_oom(fs, text)
@@ -687,6 +736,8 @@ class LogBuilder:
                 r.index, r.m.id = k, f"{self._file}#{k}"
         runs = merged
         self._assign_cues(runs)
+        for run, rs in self._orphans:
+            _adopt_orphan(run, rs)
         out = []
         for run in runs:
             self._settle_failures(run)
@@ -760,17 +811,26 @@ class LogBuilder:
 class _ArgsWindow:
     """The lines after a server_args repr that was cut at its line end, joined back until it closes."""
 
-    __slots__ = ("chars", "first", "line", "parts", "text")
+    __slots__ = ("chars", "first", "lead", "line", "parts", "text")
 
     def __init__(self, line: int, text: str, first: ServerArgsRepr) -> None:
-        self.line, self.text, self.first = line, text, first
+        self.line, self.first = line, first
         self.parts: list[tuple[int, str, Prefixed]] = []
+        # What stood before "server_args=" on its line (a prefix the file's head was too short to learn): the same
+        # shape in front of a continuation line is that prefix again, not repr text.
+        at = text.find("server_args=")
+        lead = text[:at] if at > 0 else ""
+        self.lead = re.compile(shape(lead)) if lead.strip() else None
+        self.text = text[len(lead) :] if self.lead is not None else text
         self.chars = len(text)
 
     def take(self, lineno: int, text: str, p: Prefixed) -> bool:
         msg = p.msg
         if p.hms is not None or not msg.strip() or is_launch_command(msg):
             return False  # a new record, a blank line, a command: the repr ended (cut) before it
+        if self.lead is not None and (k := self.lead.match(msg)) is not None and k.end() > 0:
+            msg = msg[k.end() :]
+            p = p._replace(msg=msg)
         if len(self.parts) >= MAX_ARGS_LINES or self.chars + len(msg) > MAX_ARGS_CHARS:
             return False
         self.parts.append((lineno, text, p))
@@ -805,6 +865,65 @@ def _memory_back(rs: _RankState, ev: Event) -> str:
         return ""
     return (f"'Load weight begin' on rank '{rs.rank.label}' with {ev.free:.2f} GB free, more than the "
             f"{last / GIB:.2f} GB its last phase left: memory came back, a new process")  # fmt: skip
+
+
+def _adopt_orphan(run: _Run, rs: _RankState) -> None:
+    """tqdm bars printed before any rank logged went to an untagged rank; once the run shows its ranks, they are
+    TP rank 0's (sglang draws the bar on TP0 only): each capture joins TP0's phase of the same name that begins
+    or ends after it (sglang-pr12978: the 36/36 bar, then TP0's 'Capture cuda graph end')."""
+    if run.ranks.get("") is not rs or rs.fs is not None or not rs.rank.phases:
+        return
+    if any(p.name not in GRAPH_PHASES for p in rs.rank.phases):
+        return
+    owners = [r for lbl, r in run.ranks.items() if lbl and r.rank.tp in (0, None)]
+    if not owners:
+        return
+    owner = min(owners, key=lambda r: (r.rank.pp or 0, r.rank.dp or 0, r.rank.ep or 0, r.rank.label))
+    for ph in rs.rank.phases:
+        later = [p for p in owner.rank.phases if p.name == ph.name and (p.line or 0) >= (ph.line or 0) and not p.ladder]
+        if later:
+            mine = later[0]
+            mine.ladder[:0] = ph.ladder
+            for k, v in ph.details.items():
+                mine.details.setdefault(k, v)
+            if mine.before is None and mine.after is not None:
+                mine.line = ph.line
+            mine.resolution_mib = mine.resolution_mib or ph.resolution_mib
+        else:
+            owner.rank.phases.append(ph)
+            owner.rank.phases.sort(key=lambda p: p.line or 0)
+    del run.ranks[""]
+    run.m.notes.append(f"tqdm capture progress before any rank tag (from line {rs.rank.phases[0].line}) given to "
+                       f"rank '{owner.rank.label}' (sglang draws the bar on TP rank 0)")  # fmt: skip
+
+
+def _pool_after_pool(last: Phase, ev: Event) -> bool:
+    """A K/V allocation line after the rank's target pool ended: another model runner's pool (the draft's)."""
+    d = ev.details or {}
+    return (
+        ev.kind == "kv"
+        and last.name == "kv_pool"
+        and last.role == "target"
+        and last.after is not None
+        and not d.get("label")
+        and not d.get("va_upper_bound")
+        and "kv_tokens" in d
+        and any(k in d for k in ("k_gib", "v_gib", "kv_gib"))
+    )
+
+
+def _draft_repeat(rs: _RankState, name: str) -> bool:
+    """An end line with no phase open, on a rank whose draft weights loaded and whose target `name` ended: the
+    draft's repeat of it (DSPARK prints 'Memory pool end' once per model runner)."""
+    if name not in ("kv_pool", "weights"):
+        return False
+    rank = rs.rank
+    if name == "weights":
+        done = rank.phase("weights")
+        return done is not None and done.after is not None and rank.phase("weights", "draft") is None
+    target = rank.phase("kv_pool")
+    return (rank.phase("weights", "draft") is not None and target is not None and target.after is not None
+            and rank.phase("kv_pool", "draft") is None)  # fmt: skip
 
 
 def _merge_quoted(runs: list[_Run]) -> list[_Run]:

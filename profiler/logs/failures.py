@@ -35,8 +35,9 @@ class Evidence(NamedTuple):
     bad_args: bool = False
 
 
-_TAIL = re.compile(
-    r"^(?:[A-Za-z_][\w]*\.)*(?:[A-Z]\w*(?:Error|Exception|Interrupt)|Exception|KeyboardInterrupt)(?::|$)"
+_TAIL = re.compile(  # triton's "triton.runtime.errors.OutOfResources: out of resource: shared memory" too
+    r"^(?:[A-Za-z_][\w]*\.)*(?:[A-Z]\w*(?:Error|Exception|Interrupt)|Exception|KeyboardInterrupt|OutOfResources)"
+    r"(?::|$)"
 )
 _CAPTURE_FAILED = re.compile(r"Capture (.{0,40}?) ?failed\b")
 _EXIT = re.compile(r"exit code:? (-?\d+)|terminated with (-?\d+)|exited with code (-?\d+)")
@@ -74,7 +75,7 @@ def evidence(msg: str) -> Evidence | None:
         return Evidence("capture", s, oom=oom, capture=True, phase_hint=graph_phase(cap.group(1) or "cuda graph"))
     if oom:
         return Evidence("oom", s, oom=True)
-    if "Not enough memory. Please try to increase --mem-fraction-static" in s or "leave no GPU memory" in s:
+    if says_no_kv(s):
         return Evidence("no_kv", s, oom=True, phase_hint="kv_pool")
     if " hit an exception" in s or s.startswith("Exception in run_tp_server"):
         return Evidence("exception", s)
@@ -95,6 +96,31 @@ def evidence(msg: str) -> Evidence | None:
         code = next(g for g in m.groups() if g is not None)
         return Evidence("exit", s, exit_code=int(code))
     return None
+
+
+# sglang's guards for a KV budget of zero or less: "Not enough memory. Please try to increase
+# --mem-fraction-static. Current value: …" (model_runner, every release) and "Loaded weights leave no GPU memory for
+# the KV cache under --mem-fraction-static=0.88." (the newer guard, 2026)
+_NO_KV = ("Not enough memory. Please try to increase --mem-fraction-static", "leave no GPU memory")
+# The fraction an error message quotes: "Current value: self.server_args.mem_fraction_static=0.2",
+# "under --mem-fraction-static=0.88."
+_QUOTED_MFS = re.compile(r"mem[_-]fraction[_-]static\s*=\s*(\d*\.\d+|\d+)")
+
+
+def says_no_kv(message: str) -> bool:
+    """True for sglang's "no memory left for the KV cache" errors (the budget it profiled was zero or less)."""
+    return any(t in message for t in _NO_KV)
+
+
+def quoted_fraction(message: str) -> float | None:
+    """mem_fraction_static as an error message quotes it, else None."""
+    if "fraction" not in message:
+        return None
+    m = _QUOTED_MFS.search(message)
+    if m is None:
+        return None
+    v = float(m.group(1))
+    return v if 0.0 < v <= 1.0 else None
 
 
 def _frame(s: str) -> Evidence | None:
@@ -180,6 +206,8 @@ OOM_FIELDS = (
     "allocated_by_torch_mib",
     "private_pools_mib",
     "reserved_unallocated_mib",
+    "reserved_by_torch_mib",
+    "outside_torch_mib",
     "exit_code",
 )
 

@@ -166,6 +166,7 @@ BY_KEY = {f.key: f for f in FORMATS}
 _SPAN_LEN = {f.key: len(releases_between(f.first, f.last)) for f in FORMATS}
 _BY_RELEASE_KEY = {release_key(r): r for r in RELEASES}
 
+_CAP = r"^Capture (?:target|draft) (?:decode|verify) \w+ graph "  # "CUDA graph", "NPU graph", "XPU graph", …
 # Message → format key. Checked in order; each message is classified once (callers cache per message).
 _RULES: tuple[tuple[str, str, re.Pattern[str]], ...] = tuple(
     (head, key, re.compile(rx))
@@ -191,14 +192,13 @@ _RULES: tuple[tuple[str, str, re.Pattern[str]], ...] = tuple(
         ("Capture cuda graph begin", "cap_begin_avail", r"^Capture cuda graph begin\. .*avail mem="),
         ("Capture cuda graph begin", "cap_begin_plain",
          r"^Capture cuda graph begin\. This can take up to several minutes\.\s*$"),
-        ("Capture target decode", "cap_begin_per_bs",
-         r"^Capture target decode CUDA graph begin\. .*num_tokens_per_bs=.*\bbs="),
-        ("Capture target decode", "cap_begin_per_req_bs",
-         r"^Capture target decode CUDA graph begin\. .*num_tokens_per_req=.*\bbs="),
-        ("Capture target decode", "cap_begin_per_req",
-         r"^Capture target decode CUDA graph begin\. .*num_tokens_per_req="),
-        ("Capture target decode", "cap_end_bs", r"^Capture target decode CUDA graph end\. bs="),
-        ("Capture target decode", "cap_end_elapsed", r"^Capture target decode CUDA graph end\. elapsed="),
+        # f"Capture {role} {decode|verify} {CUDA|NPU|XPU|…} graph begin." (role: target | draft; verify when
+        # speculative): one print for all of them (cuda_graph_setup.py capture_decode_graph, 0.5.16–0.5.23)
+        ("Capture ", "cap_begin_per_bs", _CAP + r"begin\. .*num_tokens_per_bs=.*\bbs="),
+        ("Capture ", "cap_begin_per_req_bs", _CAP + r"begin\. .*num_tokens_per_req=.*\bbs="),
+        ("Capture ", "cap_begin_per_req", _CAP + r"begin\. .*num_tokens_per_req="),
+        ("Capture ", "cap_end_bs", _CAP + r"end\. bs="),
+        ("Capture ", "cap_end_elapsed", _CAP + r"end\. elapsed="),
         ("Capture cuda graph end", "cap_end_usage_avail",
          r"^Capture cuda graph end\. Time elapsed: [\d.]+ s\. mem usage="),
         ("Capture cuda graph end", "cap_end_avail_usage",

@@ -83,6 +83,10 @@ def finalize_run(run: _Run) -> Measurement:
     m = run.m
     m.args, m.args_source, notes = args_of(run)
     m.args_from = dict.fromkeys(m.args, m.args_source)
+    for key, (value, where) in run.quoted_args.items():  # what an error message quotes, when nothing else says
+        if key not in m.args:
+            m.args[key] = value
+            m.args_from[key] = where
     if run.cmd is not None and run.server_args is not None:
         m.args_from.update(dict.fromkeys((k for k in run.cmd.args if k not in run.server_args.args), "launch_command"))
     m.notes.extend(notes)

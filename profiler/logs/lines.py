@@ -60,6 +60,7 @@ KEYWORDS: tuple[bytes, ...] = (
     b"CUDA ",
     b"HIP out",
     b"OutOfMemory",
+    b"OutOfResources",  # triton: "triton.runtime.errors.OutOfResources: out of resource: shared memory"
     b"out of memory",
     b"Not enough memory",
     b"Loaded weights",
@@ -854,7 +855,7 @@ LEARN_BYTES = 256 << 10  # the head of a file read for prefix shapes before pars
 _SHAPE_TOKEN = re.compile(r"\d+|\s+|[^\d\s]+")
 # Messages that start untagged lines (no record of their own): where one starts after a prefix that looks like
 # one (it has a digit, "|" or ">"), that prefix is evidence of the file's shape too.
-_KNOWN_HEAD = re.compile(r"Capturing |Loading safetensors|Traceback \(most recent|torch\.OutOfMemoryError")
+_KNOWN_HEAD = re.compile(r"Capturing |Loading safetensors|Traceback \(most recent|torch\.OutOfMemoryError|File \"/")
 _PREFIXISH = re.compile(r"[\d|>]")
 # A timestamp-like lead (digits and date/time punctuation, up to three tokens) that most lines of a file start
 # with: learned by repetition alone, for files without a complete sglang record (a pasted command, a traceback).

@@ -5,7 +5,8 @@ kept and converted (GiB ×1024, KiB /1024, bytes /2**20). Users paste this messa
 quote marks or duplicated characters, so every field is read on its own with whitespace-tolerant
 patterns (text joined without separators still matches), and a field that is damaged is simply absent.
 Formats: torch ≥ 2.1 ("GPU 0 has a total capacity of …", 2.1 spelled it "capacty"; "with X allocated in
-private pools" when CUDA graphs hold memory) and torch ≤ 2.0 ("(GPU 0; X total capacity; …)").
+private pools" when CUDA graphs hold memory) and torch ≤ 2.0 ("(GPU 0; X total capacity; …)"; torch_npu still
+prints it: "(NPU 1; …; X current active; …)").
 """
 
 from __future__ import annotations
@@ -34,9 +35,10 @@ _PRIVATE = re.compile(
 )  # fmt: skip
 _RESERVED = re.compile(_SIZE + r"\s*" + _p("is reserved by PyTorch but unallocated"))
 _OLD = re.compile(
-    r"\(\s*GPU\s*(\d+)\s*;\s*"
+    r"\(\s*(?:GPU|NPU)\s*(\d+)\s*;\s*"
     + (_SIZE + r"\s*" + _p("total capacity") + r"\s*;\s*")
     + (_SIZE + r"\s*" + _p("already allocated") + r"\s*;\s*")
+    + (r"(?:\d+(?:\.\d+)?\s*(?:GiB|MiB|KiB|bytes)\s*" + _p("current active") + r"\s*;\s*)?")  # torch_npu
     + (_SIZE + r"\s*free\s*;\s*")
     + (_SIZE + r"\s*" + _p("reserved in total"))
 )
@@ -53,6 +55,8 @@ class OomNumbers(NamedTuple):
     allocated_by_torch_mib: float | None = None
     private_pools_mib: float | None = None
     reserved_unallocated_mib: float | None = None
+    reserved_by_torch_mib: float | None = None  # old format: "X reserved in total by PyTorch" (the allocator's total)
+    outside_torch_mib: float | None = None  # in use − allocated by PyTorch − reserved but unallocated (new format)
     notes: tuple[str, ...] = ()
 
 
@@ -71,13 +75,15 @@ def parse_oom(text: str) -> OomNumbers:
     old = _OLD.search(text)
     if old is not None:
         alloc = mib(old.group(4), old.group(5))
+        reserved = mib(old.group(8), old.group(9))
         return OomNumbers(
             gpu_index=int(old.group(1)),
             tried_alloc_mib=_size(_TRIED.search(text)),
             total_capacity_mib=mib(old.group(2), old.group(3)),
             free_mib=mib(old.group(6), old.group(7)),
             allocated_by_torch_mib=alloc,
-            reserved_unallocated_mib=mib(old.group(8), old.group(9)) - alloc,
+            reserved_unallocated_mib=reserved - alloc,
+            reserved_by_torch_mib=reserved,
             notes=("torch <= 2.0 OOM format: reserved_unallocated = reserved in total - already allocated",),
         )
     gpu = total = None
@@ -94,15 +100,21 @@ def parse_oom(text: str) -> OomNumbers:
     priv = None
     if private is not None:
         priv = _size(private, 1) if private.group(1) else _size(private, 3)
+    in_use, alloc = _size(_IN_USE.search(text)), _size(_ALLOC.search(text))
+    unalloc = _size(_RESERVED.search(text))
+    outside = None
+    if in_use is not None and alloc is not None and unalloc is not None:
+        outside = in_use - alloc - unalloc  # "Including non-PyTorch memory, this process has X in use"
     return OomNumbers(
         gpu_index=gpu,
         tried_alloc_mib=_size(_TRIED.search(text)),
         total_capacity_mib=total,
         free_mib=_size(_FREE.search(text)),
-        in_use_mib=_size(_IN_USE.search(text)),
-        allocated_by_torch_mib=_size(_ALLOC.search(text)),
+        in_use_mib=in_use,
+        allocated_by_torch_mib=alloc,
         private_pools_mib=priv,
-        reserved_unallocated_mib=_size(_RESERVED.search(text)),
+        reserved_unallocated_mib=unalloc,
+        outside_torch_mib=outside,
         notes=tuple(notes),
     )
 

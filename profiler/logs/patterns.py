@@ -36,7 +36,14 @@ _KNOWN_OTHER = re.compile(
     r"Set (?:NSA|DSA) backends? for|Setting (?:NSA|DSA) backend|KV cache is forced as chunk cache|"
     r"KV cache dtype is|\[unified-memory-pool\]|Load weight end\. Committed real weights|"
     r"Capture Frozen-KV|LoRA adapter|Update (?:engine )?weights|"
-    r"is less than required memory \S+ for warmup"
+    r"is less than required memory \S+ for warmup|"
+    # PR-branch lines that restate the pool sglang sizes elsewhere (sglang-pr14071: "KV cache: MLA(…) … mem=42.5/43.8GB
+    # rest=35.9GB max_tokens=…", "req_to_token_pool: slots=… mem=2.68GB")
+    r"^KV cache: \w+\(.*\bmax_tokens=\d+|^req_to_token_pool: slots=\d+|"
+    # un-prefixed debug prints a developer left in (sglang-pr18263: "initial available_bytes 219721119039 / 204.63 GB",
+    # "Case 2: candidate_kv_budget 164149629787 / 152.88 GB", "###### self.workspace_buffer size: 51.75 GB")
+    r"^(?:initial available_bytes|Case \d+: candidate_kv_budget) \d+ / \d+(?:\.\d+)? GB$|"
+    r"^#{2,} ?self\.\w+ size: \d+(?:\.\d+)? GB$"
 )
 # A line "looks like a memory line" when it has one of these and matched nothing (brief §5). "KV Cache" alone
 # is not enough: prose quoting a log says it too ("the KV Cache memory is almost 2x …"); a pool line prints a
@@ -385,10 +392,10 @@ def graph_phase(what: str) -> str:
     w = what.lower()
     if "prefill" in w or "piecewise" in w:
         return "prefill_graph"
+    if "draft" in w:  # "draft verify" (DSPARK, 2026) is the draft model's own graph: startup timings' draft_decode
+        return "draft_extend_graph" if "extend" in w else "draft_graph"
     if "verify" in w:
         return "verify_graph"
-    if "draft" in w:
-        return "draft_extend_graph" if "extend" in w else "draft_graph"
     return "decode_graph"
 
 

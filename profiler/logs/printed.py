@@ -152,6 +152,12 @@ def _implied_on(m: Measurement, r: Rank) -> Fraction | None:
     kv = r.phase("kv_pool")
     if w is None or kv is None:
         return None
+    draft = next((p for p in r.phases if p.role == "draft" and p.name in ("weights", "kv_pool")), None)
+    if draft is not None:  # the budget feeds two pools (and the draft's weights come out of it): no fraction
+        label = f"rank '{r.label}'" if r.label else "the worker"
+        return Fraction(None, "unknown", f"a speculative draft model's {draft.name.replace('_', ' ')} (line "
+                        f"{draft.line}) shares the KV budget on {label}: the target's pool alone does not imply "
+                        "the fraction")  # fmt: skip
     start, d_start, start_how = _free_at_start(r, w)
     if start is None or start <= 0:
         return None

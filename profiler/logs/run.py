@@ -53,6 +53,7 @@ class _Run:
         "m",
         "mode_hint",
         "model_hint",
+        "quoted_args",
         "ranks",
         "ready_line",
         "resolved",
@@ -83,6 +84,7 @@ class _Run:
         self.serving_ranks: set[str] = set()
         self.mode_hint: tuple[str, int] | None = None  # PD role from a role-only message
         self.device_hint: tuple[str, int] | None = None  # GPU product name from a kernel-config path
+        self.quoted_args: dict[str, tuple[object, str]] = {}  # args an error message quotes → (value, where)
 
     def has_phases(self) -> bool:
         return any(rs.rank.phases for rs in self.ranks.values())

@@ -18,6 +18,7 @@ state, and the verdict (`profiler.analyse.verdict`) reads it first.
 from __future__ import annotations
 
 from profiler.core.measurement import Measurement, Phase, Rank
+from profiler.logs.failures import says_no_kv
 from profiler.logs.patterns import GRAPH_PHASES
 
 _GIB = 1024.0
@@ -34,6 +35,11 @@ def startup_state(m: Measurement, ready_line: int | None, fired_line: int | None
         tokens = p.details.get("profiled_tokens")
         what = f"{tokens} tokens" if tokens is not None else f"{(p.details.get('budget_mib') or 0) / _GIB:.2f} GiB"
         return "no_kv", f"{who} profiled a KV budget of {what} (line {p.line}): nothing left for the KV cache"
+    refused = [r for r in m.ranks if r.failure is not None and says_no_kv(r.failure.message)]
+    if refused:
+        r, f = refused[0], refused[0].failure
+        return "no_kv", (f"{_who(r)} stopped at line {f.line}: {f.message.strip()[:160]} (sglang found no memory "  # type: ignore[union-attr]
+                         "left for the KV cache)")  # fmt: skip
     aborted = [(r, p) for r in ranks for p in r.phases if _aborted(p)]
     if aborted:
         r, p = aborted[0]
@@ -69,6 +75,14 @@ def startup_state(m: Measurement, ready_line: int | None, fired_line: int | None
         return "incomplete", "no startup phase in the text"
     r, p = last
     return "incomplete", f"the text ends at line {m.last_line}, after {p.name} on {_who(r)}: startup not finished"
+
+
+def profiled_kv_tokens(m: Measurement) -> int | None:
+    """The KV budget sglang profiled, in tokens, as "max_total_tokens=N is larger than the profiled value -M"
+    quotes it (read; every rank prints it, the lowest is kept), else None."""
+    seen = [t for r in m.ranks for p in r.phases_named("kv_pool")
+            if isinstance(t := p.details.get("profiled_tokens"), int) and not isinstance(t, bool)]  # fmt: skip
+    return min(seen) if seen else None
 
 
 def _all_captured(p: Phase) -> bool:

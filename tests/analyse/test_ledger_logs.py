@@ -18,10 +18,11 @@ LOGS = sorted(LOG_FIXTURES.glob("*.log"))
 def test_every_log_ledger_closes_or_says_why_not(path: Path) -> None:
     for m in parse_log(path):
         c = compare(m, reservation_for(m)[0])
-        if c.ledger is None:  # only a log that prints no free-memory reading at all has no books
-            readings = [
-                s for r in m.ranks for p in r.phases for s in (p.before, p.after) if s and s.free_mib is not None
-            ]
+        if c.ledger is None:  # only a log that prints no free-memory reading of a window has no books
+            readings = [  # (the ready line's available_gpu_mem alone is a marker, not a window: sglang-29575)
+                s for r in m.ranks for p in r.phases if p.name != "ready"
+                for s in (p.before, p.after) if s and s.free_mib is not None
+            ]  # fmt: skip
             assert readings == [] and not c.ledgers, m.id
         for L in c.ledgers:
             assert L.opening_mib is not None, (m.id, L.rank, L.notes)

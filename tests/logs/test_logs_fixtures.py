@@ -6,8 +6,13 @@ failure_kind, tricky_lines[]; and what the log proves: release (exact, or null),
 (the range the parser finds must lie inside it; "" = open end), release_includes (a release the range must
 contain), state (finished | incomplete | aborted | no_kv), verdict (what `memfrac ingest` concludes),
 mfs {value, origin} (the fraction the log supports; value within its ± or 0.0005), gpu_candidates_mib[],
-args_from{key: substring of its origin}, serving{key: value}. A key that is absent is not checked; JSON null
-means "must be None". *_gib keys compare with MiB/1024 and *_mib keys with MiB, both within 0.005.
+args_from{key: substring of its origin}, serving{key: value}, profiled_kv_tokens (the KV budget sglang profiled,
+in tokens), failure_reason_contains (a substring of the failure message or the verdict's reason). Phases of a
+speculative run: draft_weights, draft_kv_pool, draft_decode_graph, target_verify_graph (PHASE_ALIASES); capture
+keys begin_avail_gib (the begin line's avail mem) and min_ladder_avail_gib (the lowest tqdm avail_mem); failure
+keys reserved_by_torch_* and outside_torch_* beside torch's other OOM numbers (tests/fixtures/logs/FIELDS-NEW.md).
+A key that is absent is not checked (an unknown run-level key fails); JSON null means "must be None". *_gib keys
+compare with MiB/1024 and *_mib keys with MiB, both within 0.005.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from profiler.core.measurement import Measurement, Phase, Rank
 from profiler.ingest.core import judge
 from profiler.logs import parse_log
 from profiler.logs.formats import release_key
+from profiler.logs.state import profiled_kv_tokens
 from tests.conftest import LOG_FIXTURES
 
 EXPECTED = sorted((LOG_FIXTURES / "expected").glob("*.json"))
@@ -38,6 +44,20 @@ def _close(got: Any, want: Any) -> bool:
 
 def _gib(mib: float | None) -> float | None:
     return None if mib is None else mib / 1024
+
+
+# Expectation phase names for a speculative run's phases: (phase name, role) as the parser records them.
+PHASE_ALIASES = {
+    "draft_weights": ("weights", "draft"),  # the draft model's own "Load weight begin/end" pair
+    "draft_kv_pool": ("kv_pool", "draft"),  # the draft model runner's KV pool (second pool per rank)
+    "draft_decode_graph": ("draft_graph", "draft"),  # "Capture draft verify CUDA graph" (timings: draft_decode)
+    "target_verify_graph": ("verify_graph", "target"),  # "Capture target verify CUDA graph" (timings: target_verify)
+}
+
+
+def _phase_of(rank: Rank, name: str) -> Phase | None:
+    phase, role = PHASE_ALIASES.get(name, (name, "target"))
+    return rank.phase(phase, role)
 
 
 def _phase_value(ph: Phase | None, key: str) -> Any:
@@ -68,6 +88,8 @@ _FAILURE_MIB = {
     "allocated_by_torch",
     "reserved_unallocated",
     "private_pools",
+    "reserved_by_torch",  # old-format "X reserved in total by PyTorch"
+    "outside_torch",  # in use − allocated by PyTorch − reserved but unallocated
 }
 
 
@@ -92,6 +114,8 @@ def _run_value(m: Measurement, key: str) -> Any:
         return m.args.get(key)
     if key == "failure_kind":
         return m.failure.kind if m.failure else None
+    if key == "profiled_kv_tokens":
+        return profiled_kv_tokens(m)
     raise KeyError(key)
 
 
@@ -113,9 +137,20 @@ def _check_run(m: Measurement, want: dict[str, Any]) -> list[str]:
         "mem_fraction_static",
         "chunked_prefill_size",
         "failure_kind",
+        "profiled_kv_tokens",
     ):
         if key in want:
             check(key, _run_value(m, key), want[key])
+    if "failure_reason_contains" in want:
+        sub = want["failure_reason_contains"]
+        message = m.failure.message if m.failure else ""
+        reason = judge(m)[0].reason
+        if sub not in message and sub not in reason:
+            errors.append(f"failure reason: {sub!r} in neither the failure message {message[:200]!r} nor the "
+                          f"verdict reason {reason[:200]!r}")  # fmt: skip
+    unknown = set(want) - _RUN_KEYS
+    if unknown:
+        errors.append(f"expectation keys the harness does not check: {sorted(unknown)}")
     if "model_contains" in want:
         model = m.identity.model or ""
         if want["model_contains"] not in model:
@@ -135,8 +170,17 @@ def _check_run(m: Measurement, want: dict[str, Any]) -> list[str]:
                 if name == "failure":
                     check(f"{label!r}.failure.{key}", _failure_value(rank, key), expected)
                 else:
-                    check(f"{label!r}.{name}.{key}", _phase_value(rank.phase(name), key), expected)
+                    check(f"{label!r}.{name}.{key}", _phase_value(_phase_of(rank, name), key), expected)
     return errors
+
+
+#: Every run-level expectation key the harness reads (an unknown one fails the test instead of passing silently).
+_RUN_KEYS = {
+    "architecture", "model_contains", "mode", "tp", "dp", "ep", "pp", "gpu_total_gib", "mem_fraction_static",
+    "chunked_prefill_size", "args", "rank_labels", "ranks", "failure_kind", "profiled_kv_tokens",
+    "failure_reason_contains", "tricky_lines", "release", "release_range", "release_includes", "state", "verdict",
+    "mfs", "gpu_candidates_mib", "args_from", "serving", "notes",
+}  # fmt: skip
 
 
 def _within(v: str, lo: str, hi: str) -> bool:
