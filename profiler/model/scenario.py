@@ -24,6 +24,13 @@ from profiler.model.modelcfg import ModelShape, load_model_shape
 
 Mode = Literal["null", "prefill", "decode"]
 MODES = ("null", "prefill", "decode")
+#: In a file, `mode = "pd"` is a real prefill/decode pair: it expands into `<name>-prefill` and `<name>-decode`,
+#: both with `pair = "<name>"`, started together (profiler.measure.runner.pair); `[prefill]` / `[decode]` tables
+#: override keys for one role.
+FILE_MODES = (*MODES, "pd")
+PAIR_ROLES = ("prefill", "decode")
+TRANSFER_BACKENDS = ("mooncake_tcp", "mooncake", "nixl")  # sglang 0.5.23 --disaggregation-transfer-backend (memfrac's)
+ROUTERS = ("rust", "mini_lb")  # sglang-router 0.3.2: the Rust router, or `--mini-lb` (its Python load balancer)
 GRAPH_BACKENDS = ("full", "breakable", "disabled")
 DEEPEP_MODES = ("auto", "normal", "low_latency")
 DEEPEP_V2_MODES = ("direct", "hybrid")
@@ -93,6 +100,9 @@ class Scenario:
     extra_args: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
     run: RunSettings = RunSettings()
+    pair: str | None = None  # the PD pair this scenario is one role of (mode = "pd" in the file)
+    transfer_backend: str | None = None  # prefill (and a pair's decode): None = mooncake_tcp
+    router: str = "rust"  # a pair's router (sglang-router 0.3.2)
     source: str = ""
     matrix: tuple[tuple[str, Any], ...] = ()  # the matrix values that produced this scenario
 
@@ -223,7 +233,7 @@ _RUN_KEYS: dict[str, tuple[Callable, str]] = {
 }
 _SCALAR_KEYS: dict[str, tuple[Callable, str]] = {
     "name": (_str, "a non-empty string"),
-    "mode": (_choice(MODES), " | ".join(MODES) + ' (use the string "null" for a unified worker)'),
+    "mode": (_choice(FILE_MODES), " | ".join(FILE_MODES) + ' (the string "null": a unified worker; "pd": a pair)'),
     "tp": (_int(1, 512, allow_none=False), "an integer 1..512"),
     "pp": (_int(1, 64, allow_none=False), "an integer 1..64"),
     "dp": (_int(1, 512, allow_none=False), "an integer 1..512"),
@@ -254,9 +264,11 @@ _SCALAR_KEYS: dict[str, tuple[Callable, str]] = {
     ),
     "extra_args": (_str_list, 'a list of strings, e.g. ["--enable-symm-mem"]'),
     "env": (_env, "a table of NAME = value"),
+    "transfer_backend": (_choice(TRANSFER_BACKENDS), " | ".join(TRANSFER_BACKENDS)),
+    "router": (_choice(ROUTERS), " | ".join(ROUTERS) + " (a pair's router, sglang-router 0.3.2)"),
 }
 _TABLES = {"decode_graph": _GRAPH_KEYS, "prefill_graph": _GRAPH_KEYS, "run": _RUN_KEYS}
-_SPECIAL = {"model", "gpu", "matrix"}
+_SPECIAL = {"model", "gpu", "matrix", *PAIR_ROLES}
 # Cross-key rules (attn_dp divides tp, speculative settings, context_length ≤ the model's, …) are sglang's:
 # `profiler.engine.validation` resolves every scenario with the real resolver before anything starts.
 ALL_KEYS = sorted([*_SCALAR_KEYS, *_TABLES, *_SPECIAL])
@@ -351,7 +363,36 @@ def _expand_entry(
             chosen.append((mk, v))
         if chosen:
             e["name"] = _generated_name(str(base_name), chosen)
+        if e.get("mode") == "pd":
+            out.extend(_pair_roles(e, f, prefix, models_dir, base_dir, tuple(chosen)))
+            continue
+        for role in PAIR_ROLES:
+            if role in e:
+                raise ScenarioError(f, _key(prefix, role), e[role], 'a per-role table only with mode = "pd"')
         out.append(_build(e, f, prefix, models_dir, base_dir, tuple(chosen)))
+    return out
+
+
+def _pair_roles(
+    e: dict[str, Any], f: str, prefix: str, models_dir: Path, base_dir: Path | None, chosen: tuple[tuple[str, Any], ...]
+) -> list[Scenario]:
+    """`mode = "pd"`: one scenario per role, `<name>-prefill` and `<name>-decode`, each with `pair = <name>`."""
+    name = str(e["name"])
+    out = []
+    for role in PAIR_ROLES:
+        over = e.get(role) or {}
+        if not isinstance(over, dict):
+            raise ScenarioError(f, _key(prefix, role), over, f"a table of keys for the {role} worker")
+        bad = sorted(set(over) & {"name", "mode", "matrix", "router", *PAIR_ROLES})
+        if bad:
+            raise ScenarioError(
+                f, _key(prefix, f"{role}.{bad[0]}"), over[bad[0]], "a key of one worker (not the pair's)"
+            )
+        r = {k: _deep_copy(v) for k, v in e.items() if k not in PAIR_ROLES}
+        r.update(_deep_copy(over))
+        r.update(name=f"{name}-{role}", mode=role)
+        s = _build(r, f, _key(prefix, role) if over else prefix, models_dir, base_dir, chosen)
+        out.append(replace(s, pair=name))
     return out
 
 

@@ -130,8 +130,8 @@ def test_cli_bad_scenario_is_one_line_exit_2(tmp_path):
     assert r.returncode == 2
     assert "Traceback" not in r.stderr
     assert r.stderr.strip().splitlines() == [
-        f"memfrac: error: {p}: key 'mode': bad value 'both'; allowed: null | prefill | decode "
-        '(use the string "null" for a unified worker)'
+        f"memfrac: error: {p}: key 'mode': bad value 'both'; allowed: null | prefill | decode | pd "
+        '(the string "null": a unified worker; "pd": a pair)'
     ]
 
 

@@ -70,12 +70,27 @@ def _install(rec: Any, patches: list[str]) -> None:
     for r in resolutions:
         if r.ok:
             HookRegistry.register(r.target.path, _hook_for(rec, r.target), HookType.AROUND)
+    rec.on_open = lambda: rec.write(hooks_record(HookRegistry, resolutions))
+    from profiler.measure.probe import kv_hash  # a PD pair's per-request KV hashes (MEMFRAC_KV_HASH=1 only)
+
+    kv_hash.install(HookRegistry, HookType, os.environ[ENV_DIR])
     rec.guard_peak_resets()
     atexit.register(rec.flush_runtime)
 
 
 Hook = Callable[..., Any]
 After = Callable[[Any, Any, tuple, dict], None]
+
+
+def hooks_record(registry: Any, resolutions: list[Any]) -> dict[str, Any]:
+    """Which hooks sglang's HookRegistry really applied. It only logs a patch that fails
+    (hook_registry.py:157-166 apply_hooks: `logger.exception`), so a phase would go unmeasured in silence; by
+    the first record (init_parallel) load_plugins has applied them (scheduler.py:6323)."""
+    patched = getattr(registry, "_patched", None)
+    applied = {r.target.path: (r.target.path in patched) if patched is not None else None
+               for r in resolutions if r.ok}  # fmt: skip
+    required = sorted({r.target.path for r in resolutions if r.ok and r.target.required})
+    return {"type": "hooks", "applied": applied, "required": required}
 
 #: sglang empties torch's cache as these phases begin (`get_available_gpu_memory(empty_cache=True)` before
 #: "Capture … CUDA graph begin", cuda_graph_setup.py capture_prefill_graph / capture_decode_graph): the probe
@@ -149,17 +164,7 @@ def _ranks_after(rec: Any) -> Callable[[Any, Any, tuple, dict], None]:
     def after(fr: Any, _result: Any, _a: tuple, _k: dict) -> None:
         from sglang.srt.runtime_context import get_parallel
 
-        p = get_parallel()
-        ranks = {}
-        for key, attr in (("tp", "tp_rank"), ("pp", "pp_rank"), ("dp", "attn_dp_rank"), ("ep", "moe_ep_rank")):
-            v = getattr(p, attr, None)
-            if isinstance(v, int):
-                ranks[key] = v
-        sizes = {}
-        for key, attr in (("tp", "tp_size"), ("pp", "pp_size"), ("dp", "attn_dp_size"), ("ep", "moe_ep_size")):
-            v = getattr(p, attr, None)
-            if isinstance(v, int):
-                sizes[key] = v
+        ranks, sizes = parallel_identity(get_parallel())
         rec.ranks = ranks
         fr.details["sizes"] = sizes
         if rec.probe.cuda:
@@ -170,6 +175,27 @@ def _ranks_after(rec: Any) -> Callable[[Any, Any, tuple, dict], None]:
             fr.details["device_total_mib"] = props.total_memory / 2**20
 
     return after
+
+
+def parallel_identity(p: Any) -> tuple[dict[str, int], dict[str, int]]:
+    """(ranks, sizes) of this scheduler from sglang's ParallelContext. The replica (DP rank) is what the DP
+    controller assigned (`dp_rank`: scheduler.py:6324 resolve_spawn_dp_rank → publish, runtime_context.py:1588;
+    None without a DP controller), over `num_dp_ranks` = dp_size × attn_dp_size (runtime_context.py:202-207).
+    `attn_dp_rank` alone is 0 on every plain-DP replica (runtime_context.py:82-90: attention DP off), which
+    labelled both replicas of a `--dp-size 2` worker TP0; it stands in only where no DP rank was assigned."""
+    ranks: dict[str, int] = {}
+    sizes: dict[str, int] = {}
+    for key, attrs in (("tp", ("tp_rank",)), ("pp", ("pp_rank",)), ("dp", ("dp_rank", "attn_dp_rank")),
+                       ("ep", ("moe_ep_rank",))):  # fmt: skip
+        v = next((x for x in (getattr(p, a, None) for a in attrs) if isinstance(x, int)), None)
+        if v is not None:
+            ranks[key] = v
+    for key, attrs in (("tp", ("tp_size",)), ("pp", ("pp_size",)), ("dp", ("num_dp_ranks", "attn_dp_size")),
+                       ("ep", ("moe_ep_size",))):  # fmt: skip
+        v = next((x for x in (getattr(p, a, None) for a in attrs) if isinstance(x, int)), None)
+        if v is not None:
+            sizes[key] = v
+    return ranks, sizes
 
 
 def _baseline_after(fr: Any, result: Any, _a: tuple, _k: dict) -> None:
@@ -199,6 +225,30 @@ def _kv_after(fr: Any, result: Any, _a: tuple, _k: dict) -> None:
     mrr = getattr(result, "max_running_requests", None)
     if isinstance(mrr, int):
         fr.details["max_running_requests"] = mrr
+    if getattr(pool, "post_capture_active", False) is True:
+        # memory_pool.py:2217-2220, 2088: the pool is a VA upper bound; kv_mib/kv_tokens above are that bound
+        fr.details["post_capture_active"] = True
+        backed = getattr(pool, "post_capture_backed_bytes", None)
+        if isinstance(backed, int | float):
+            fr.details["backed_mib"] = float(backed) / 2**20
+
+
+def _resize_after(fr: Any, _result: Any, args: tuple, kwargs: dict) -> None:
+    """The pool post-capture KV sizing left (model_runner.py:1061-1063: `max_total_num_tokens` of the resize;
+    kv_pool_runtime.py:151-153 `finalize_backing` of the target pool and every draft pool that is not the
+    target's; `post_capture_backed_bytes`, memory_pool.py:2725, is the physically backed span)."""
+    mr = args[0] if args else kwargs.get("self")
+    tokens = getattr(mr, "max_total_num_tokens", None)
+    if isinstance(tokens, int):
+        fr.details["kv_tokens"] = tokens
+    pool = getattr(mr, "token_to_kv_pool", None)
+    backed = getattr(pool, "post_capture_backed_bytes", None)
+    if isinstance(backed, int | float):
+        fr.details["kv_mib"] = float(backed) / 2**20
+    drafts = [getattr(r, "token_to_kv_pool", None) for r in kwargs.get("draft_runners") or ()]
+    sizes = [getattr(d, "post_capture_backed_bytes", None) for d in drafts if d is not None and d is not pool]
+    if sizes and all(isinstance(b, int | float) for b in sizes):
+        fr.details["draft_kv_mib"] = float(sum(sizes)) / 2**20  # type: ignore[arg-type]
 
 
 def _budget_hook(rec: Any, phase: str) -> Hook:
@@ -247,13 +297,17 @@ def _a2a_hook(rec: Any, target: Any) -> Hook:
     what it allocated, reported_bytes."""
     import inspect
 
-    done = [False]
+    done: set[int | None] = set()
     sig: list[Any] = []
+    # flashinfer_megamoe.py:252-261: `_ensure_flashinfer_megamoe_layer(layer, …)` builds one state per MoE layer
+    # (the first call for each layer allocates): every layer's first call is a creation, not only the first call
+    per_layer = target.backend == "flashinfer_megamoe"
 
     def hook(original: Hook, *args: Any, **kwargs: Any) -> Any:
-        if done[0]:
+        key = id(kwargs.get("layer", args[0] if args else None)) if per_layer else None
+        if key in done:
             return original(*args, **kwargs)
-        done[0] = True
+        done.add(key)
         given: dict[str, Any] = {}
         try:
             if not sig:
@@ -304,6 +358,7 @@ _HOOKS: dict[str, Callable[[Any, str], Hook]] = {
     "kv": lambda rec, phase: _phase_hook(rec, phase, _kv_after),
     "decode": lambda rec, phase: _phase_hook(rec, phase, name=_decode_phase_name),
     "draft": lambda rec, phase: _phase_hook(rec, phase, role="draft"),
+    "resize": lambda rec, phase: _phase_hook(rec, phase, _resize_after),
     "budget": _budget_hook,
     "ladder": _ladder_hook,
     "runtime": _runtime_hook,

@@ -67,10 +67,13 @@ class RunResult:
         }
 
 
-def _write_json(path: Path, obj: Any) -> None:
+def write_json(path: Path, obj: Any) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(obj, indent=1, default=str))
     tmp.replace(path)
+
+
+_write_json = write_json
 
 
 def _host_ram_mib() -> float:
@@ -238,10 +241,23 @@ def run_scenario(
     finally:
         stop = worker.stop()
     say(f"{s.name}: stopped in {stop.get('stop_s')} s" + (" (SIGKILL needed)" if stop.get("sigkill") else ""))
+    return finish_worker(worker, ready, info, died=died, timed_out=timed_out, during_load=during_load, stop=stop,
+                         startup_s=startup_s, loads=loads, gpu_before=gpu_before)  # fmt: skip
+
+
+def finish_worker(
+    worker: Worker, ready: bool, info: dict[str, Any] | None, *, died: bool = False, timed_out: bool = False,
+    during_load: bool = False, stop: dict[str, Any] | None = None, startup_s: float | None = None,
+    loads: list[LoadResult] | None = None, gpu_before: GpuUse | None = None,
+) -> RunResult:  # fmt: skip
+    """After a worker stopped: its probe, its log, the failure class, the Measurement and run.json (one worker of
+    `memfrac run`, or one side of a pair)."""
+    spec, s, out_dir, loads = worker.spec, worker.spec.scenario, worker.spec.out_dir, loads or []
+    stop = stop if stop is not None else worker.stop()
     gpu_check = (
-        check_memory_returned(gpu_before, entries)
+        check_memory_returned(gpu_before, spec.visible_devices)
         if gpu_before is not None
-        else {"checked": False, "returned": None, "why": "host run"}
+        else {"checked": False, "returned": None, "why": "host run" if spec.device == "cpu" else "not asked"}
     )
     probe = read_probe_dir(spec.probe_dir)
     from_log = _parse_log(spec.log_path)
@@ -257,9 +273,9 @@ def run_scenario(
     m = assemble(s, spec, probe, info, failure, from_log)
     m.save(out_dir / "measurement.json")
     res = RunResult(
-        s.name, "ok" if failure is None else "failed", device, out_dir, m, startup_s, loads, stop, gpu_check
+        s.name, "ok" if failure is None else "failed", spec.device, out_dir, m, startup_s, loads, stop, gpu_check
     )
-    _write_json(out_dir / "run.json", res.as_dict())
+    write_json(out_dir / "run.json", res.as_dict())
     return res
 
 

@@ -36,3 +36,28 @@ def render_run(res: RunResult) -> str:
         lines.append(f"  FAILED: {f.kind}" + (f" in {f.phase}" if f.phase else "") + f": {f.message[:300]}")
     lines.append(f"  artifacts: {res.out_dir}")
     return "\n".join(lines)
+
+
+def render_pair(pair: object) -> str:
+    """A PD pair (a profiler.measure.runner.pair.PairResult): both workers' summaries, then the per-request proof
+    of transfer (transfer.json)."""
+    from typing import Any
+
+    res: Any = pair
+    lines = [f"pair {res.name}: {res.status}" + (f" — {res.failure}" if res.failure else "")]
+    for side in (res.prefill, res.decode):
+        if side is not None:
+            lines.append(render_run(side))
+    t = res.transfer or {}
+    rows = [[r["rid"], r["kind"], r["tokens"], r.get("send_calls"), r.get("prefill_cached_tokens"),
+             (r["send_sha256"] or "—")[:16], (r["recv_sha256"] or "—")[:16], "yes" if r["equal"] else "NO"]
+            for r in t.get("requests", [])]  # fmt: skip
+    lines.append(ui.table(["request", "kind", "KV tokens", "chunk sends", "prefill cached", "sha256 at send",
+                           "sha256 at receive", "equal"], rows, title="KV transfer, per request"))  # fmt: skip
+    ctl = [c for c in t.get("negative_control", []) if c["side"] == "decode"]
+    kinds = ", ".join(t.get("kinds_proven", []))
+    lines.append(f"  transfer proven for {t.get('proven')}/{t.get('of')} requests ({kinds}); "
+                 f"negative control (warm-up / health checks to the fake host, rows never written on decode): "
+                 f"{sum(1 for c in ctl if c['zero'])}/{len(ctl)} all zeros")  # fmt: skip
+    lines.append(f"  artifacts: {res.out_dir} (pair.json, transfer.json, prefill/, decode/, router/)")
+    return "\n".join(lines)

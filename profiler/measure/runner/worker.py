@@ -77,6 +77,9 @@ class WorkerSpec:
     gpus: list[int] | None = None
     transfer_backend: str = "mooncake_tcp"
     isolate_network: bool = False
+    netns_pid: int | None = None  # a pair's workers share one namespace, held by this process (pair.py)
+    paired: bool = False  # one worker of a real prefill/decode pair (pair.py): a real transfer backend on both
+    ready_path: str = "/health"  # what wait_ready polls (a pair's Rust router: /readiness)
     python: str = sys.executable
     port: int = 0
     bootstrap_port: int = 0
@@ -109,12 +112,17 @@ def build_spec(
     release: str = DEFAULT_RELEASE,
     stub_dir: Path | None = None,
     python: str | None = None,
+    paired: bool = False,
 ) -> WorkerSpec:
-    """The launch command and environment for scenario `s` in its role (nothing started yet)."""
+    """The launch command and environment for scenario `s` in its role (nothing started yet).
+
+    `paired`: the worker is one side of a real PD pair (profiler.measure.runner.pair): decode gets the same real
+    transfer backend as prefill instead of `fake`, both hash each request's KV rows (probe/kv_hash.py)."""
     device = device or ("cuda" if cuda_machine() else "cpu")
     out_dir.mkdir(parents=True, exist_ok=True)
     port, bport, nport = free_ports(3)
-    spec = WorkerSpec(s, device, out_dir, gpus, transfer_backend, port=port, bootstrap_port=bport, nccl_port=nport)
+    spec = WorkerSpec(s, device, out_dir, gpus, transfer_backend, port=port, bootstrap_port=bport, nccl_port=nport,
+                      paired=paired)  # fmt: skip
     if python:  # another environment's interpreter (or a launcher script that execs one)
         spec.python = python
     served = s
@@ -126,20 +134,33 @@ def build_spec(
     a = [spec.python, "-m", "sglang.launch_server", *server_argv(served, release)]
     a += ["--load-format", "dummy", "--skip-tokenizer-init", "--host", "127.0.0.1", "--port", str(port)]
     a += ["--nccl-port", str(nport)]
-    if s.mode == "decode":
+    if s.mode == "decode" and not paired:
         a += ["--disaggregation-transfer-backend", "fake"]
+    elif s.mode == "decode":
+        check_transfer_backend(transfer_backend)
+        a += ["--disaggregation-transfer-backend", transfer_backend]
     elif s.mode == "prefill":
         check_transfer_backend(transfer_backend)
         a += ["--disaggregation-transfer-backend", transfer_backend, "--disaggregation-bootstrap-port", str(bport)]
     env = dict(s.env_dict)
+    if paired:
+        env["MEMFRAC_KV_HASH"] = "1"  # probe/kv_hash.py: per-request proof of transfer
     if device == "cpu":
         a += ["--device", "cpu"]
         if s.mode == "decode":
             a += ["--disaggregation-decode-retraction-backup", "cpu_tensor"]
         env.update(_cpu_env(stub_dir or _cache_dir() / "cudastub"))
-        if s.mode == "prefill":
+        if s.mode == "prefill" or paired:
             env["SGLANG_HOST_IP"] = "127.0.0.1"
-            spec.isolate_network = _can_isolate()
+            spec.isolate_network = _can_isolate() and not paired  # a pair shares its namespace (pair.py)
+        if paired:
+            # sglang 0.5.23 disaggregation/prefill.py:1743-1760 (_send_kv_chunk): a sender with
+            # supports_host_tensor_indices copies the page indices into pinned memory and records a
+            # torch.cuda.Event — CUDA only. This switch makes the KV manager transfer from every CP rank
+            # (common/conn.py:385-386), which selects the plain host path (kv_to_page_indices); at CP size 1 it
+            # changes nothing else.
+            env.setdefault("SGLANG_DISAGGREGATION_ALL_CP_RANKS_TRANSFER", "1")
+        if s.mode == "prefill":
             # sglang 0.5.23 disaggregation/prefill.py:1496 (maybe_send_cached_prefix_chunk) records a
             # torch.cuda.Event on the forward stream, which on the CPU is no CUDA stream: the scheduler dies as
             # soon as a request starts with a cached prefix (a radix hit, or the second chunk of a request that
@@ -206,10 +227,14 @@ class Worker:
 
     @property
     def net(self) -> NetThread:
+        if self.spec.netns_pid is not None:
+            return NetThread(self.spec.netns_pid)
         return NetThread(self.proc.pid if self.spec.isolate_network and self.proc else None)
 
     def command(self) -> list[str]:
         a = self.spec.argv
+        if self.spec.netns_pid is not None:
+            return ["nsenter", f"--net=/proc/{self.spec.netns_pid}/ns/net", "--", *a]
         if self.spec.isolate_network:
             return ["unshare", "-n", "--", "sh", "-c", 'ip link set lo up && exec "$@"', "sh", *a]
         return a
@@ -244,13 +269,14 @@ class Worker:
                 self.last_seen["process"] = f"exited with status {self.returncode}"
                 return False
             try:
-                r = get(self.net, self.spec.port, "/health", timeout=min(10.0, max(1.0, patience.remaining_wall())))
-                self.last_seen["/health"] = f"HTTP {r.status_code}"
+                path = self.spec.ready_path
+                r = get(self.net, self.spec.port, path, timeout=min(10.0, max(1.0, patience.remaining_wall())))
+                self.last_seen[path] = f"HTTP {r.status_code}"
                 if r.status_code == 200:
                     self.ready_at = time.monotonic()
                     return True
             except (httpx.HTTPError, OSError) as e:
-                self.last_seen["/health"] = f"{type(e).__name__}: {e}"[:200]
+                self.last_seen[self.spec.ready_path] = f"{type(e).__name__}: {e}"[:200]
             if callable(progress):
                 progress(time.monotonic() - self.started_at)
             if patience.spent():
