@@ -152,9 +152,14 @@ def _cmd_run(a: argparse.Namespace) -> int:
     from pathlib import Path
 
     from profiler.engine.validation import check
+    from profiler.measure.runner.pair import pair_of, run_pair_command
     from profiler.measure.runner.run import run_scenario
     from profiler.measure.runner.summary import render_run
 
+    pair = pair_of(a.scenario_file, a.scenario)  # a `mode = "pd"` scenario: both workers and sglang's router
+    if pair is not None:
+        return run_pair_command(pair, out=a.out, gpus=_parse_gpus(a.gpus), device=a.device,
+                                validate=not a.no_validate, as_json=a.json)  # fmt: skip
     s = _pick(a.scenario_file, a.scenario)
     v = check([s], enabled=not a.no_validate)
     print(v.summary() if v.validated else f"note: {v.summary()}", file=sys.stderr)
@@ -216,6 +221,7 @@ def _cmd_sweep(a: argparse.Namespace) -> int:
         device=a.device,
         parallel=a.parallel,
         validate=not a.no_validate,
+        start_unloadable=a.start_unloadable,
     )
 
 
@@ -236,6 +242,8 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--parallel", type=int, default=1, help="CPU workers at once with --device cpu (default 1)")
     p.add_argument("--no-validate", action="store_true", help="do not resolve the scenarios with sglang first")
+    p.add_argument("--start-unloadable", action="store_true",
+                   help="start runs predicted not to load (weights over the fraction) instead of skipping them")
     p.set_defaults(func=_cmd_sweep)
 
 

@@ -39,7 +39,8 @@ def sweep_command(
 ) -> int:
     """`memfrac sweep`: the sweep on CUDA (or on the device asked for), else the CPU fallback below."""
     if device is None and not dry_run and not cuda_machine():
-        plan = make_plan(load_scenarios(path), gpus if gpus is not None else default_gpus(), validate=validate)
+        plan = make_plan(load_scenarios(path), gpus if gpus is not None else default_gpus(), validate=validate,
+                         start_unloadable=bool(kw.get("start_unloadable")))  # fmt: skip
         return cpu_fallback(plan, path, Path(out or f"results/sweeps/{Path(path).stem}"), say, echo)
     return run_sweep(
         path, device=device, gpus=gpus, out=out, dry_run=dry_run, validate=validate, say=say, echo=echo, **kw

@@ -50,12 +50,15 @@ class JobResult:
     gpus: list[int] = field(default_factory=list)
     elapsed_s: float = 0.0
     started: bool = True  # False: never started (GPUs stayed busy, nvidia-smi failed, budget spent); see `error`
+    pair: Any = None  # a PD pair's PairResult (profiler.measure.runner.pair); `result` is then its prefill side
 
     @property
     def status(self) -> str:
         """ok | failed (the worker's) | error (the executor could not run it) | not_started."""
         if not self.started:
             return NOT_STARTED
+        if self.pair is not None:
+            return str(self.pair.status)
         return self.result.status if self.result is not None else "error"
 
 
@@ -70,7 +73,18 @@ Started = Callable[[Job], None]
 def _run_one(job: Job, gpus: list[int] | None) -> JobResult:
     t0 = time.monotonic()
     try:
-        res = run_scenario(job.group.launch, job.out_dir, gpus=gpus, device=job.device, python=job.python)
+        g = job.group
+        if g.peer is not None:  # a PD pair: prefill on the first GPUs, decode on the rest
+            from profiler.measure.runner.pair import run_pair
+
+            n = g.launch.gpus_needed
+            split = (gpus[:n], gpus[n:]) if gpus else (None, None)
+            pr = run_pair(g.launch, g.peer, job.out_dir, name=g.key, device=job.device, gpus=split,
+                          transfer_backend=g.launch.transfer_backend or "mooncake_tcp",
+                          mini_lb=g.launch.router == "mini_lb", python=job.python)  # fmt: skip
+            res = pr.prefill if pr.prefill is not None else None
+            return JobResult(job, res, pr.failure if res is None else None, gpus or [], time.monotonic() - t0, pair=pr)
+        res = run_scenario(g.launch, job.out_dir, gpus=gpus, device=job.device, python=job.python)
         return JobResult(job, res, None, gpus or [], time.monotonic() - t0)
     except MemfracError as e:
         return JobResult(job, None, str(e), gpus or [], time.monotonic() - t0)

@@ -3,7 +3,13 @@
 One start measures everything it can: the decode capture ladder of a single start yields the memory of
 every batch size, so scenarios that differ only in the decode graph's `max_bs` share one run, started with
 the largest max_bs. Each run needs tp × pp GPUs, times dp when DP attention is off (attention DP lives
-inside the TP group); runs are packed first-fit onto the GPUs given.
+inside the TP group); runs are packed first-fit onto the GPUs given. The two roles of a PD pair (`mode = "pd"`)
+are one run: both workers and their router start together, on GPUs for both.
+
+A run whose weights are predicted not to fit under the fraction its GPU would get (`load_refusal`: sglang's
+runtime rule, pool = free_at_start × mfs − weights ≤ 0, with free_at_start = the GPU's capacity — an upper
+bound, so the prediction errs towards starting) would spend its start-up to fail at load: the plan skips it with
+that reason, unless `start_unloadable` (the CLI's `--start-unloadable`) asks for the OOM on record.
 """
 
 from __future__ import annotations
@@ -24,18 +30,25 @@ from profiler.model.scenario import Scenario, scenario_dict
 class RunGroup:
     """One worker start: the scenario it launches and every scenario it measures."""
 
-    key: str  # stable across invocations: the name of the launched scenario (for --resume)
+    key: str  # stable across invocations: the name of the launched scenario, or the pair (for --resume)
     launch: Scenario
     members: tuple[Scenario, ...]
+    peer: Scenario | None = None  # a PD pair: the decode worker started beside `launch` (the prefill)
 
     @property
     def gpus_needed(self) -> int:
-        return self.launch.gpus_needed
+        return self.launch.gpus_needed + (self.peer.gpus_needed if self.peer is not None else 0)
+
+    @property
+    def started(self) -> tuple[Scenario, ...]:
+        """The scenarios whose workers this run starts: the launch, and a pair's decode worker."""
+        return (self.launch,) if self.peer is None else (self.launch, self.peer)
 
     @property
     def derived(self) -> tuple[Scenario, ...]:
         """Members measured from the launched run's ladder rather than started themselves."""
-        return tuple(s for s in self.members if s.name != self.launch.name)
+        started = {s.name for s in self.started}
+        return tuple(s for s in self.members if s.name not in started)
 
 
 @dataclass
@@ -46,10 +59,17 @@ class Plan:
     reservations: dict[str, Reservation] = field(default_factory=dict)
     unplaceable: list[tuple[RunGroup, str]] = field(default_factory=list)
     validation: Validation | None = None  # sglang's own resolution of every scenario (None: not asked)
+    unloadable: dict[str, str] = field(default_factory=dict)  # run key → why it is predicted not to load
+    start_unloadable: bool = False  # start them anyway (--start-unloadable)
+
+    @property
+    def skipped(self) -> dict[str, str]:
+        """Run key → why the sweep does not start it (predicted not to load, unless asked to)."""
+        return {} if self.start_unloadable else dict(self.unloadable)
 
     @property
     def starts_saved(self) -> int:
-        return len(self.scenarios) - len(self.runs)
+        return len(self.scenarios) - sum(len(g.started) for g in self.runs)
 
 
 def _group_key(s: Scenario) -> tuple[Any, ...]:
@@ -71,7 +91,10 @@ def group_scenarios(scenarios: list[Scenario], effective_max_bs: dict[str, int] 
     groups: dict[tuple[Any, ...], list[Scenario]] = {}
     order: list[tuple[Any, ...]] = []
     for s in scenarios:
-        k = _group_key(s) if s.decode_graph.bs is None else (("solo", s.name),)
+        if s.pair is not None:
+            k: tuple[Any, ...] = (("pair", s.pair),)
+        else:
+            k = _group_key(s) if s.decode_graph.bs is None else (("solo", s.name),)
         if k not in groups:
             groups[k] = []
             order.append(k)
@@ -79,6 +102,14 @@ def group_scenarios(scenarios: list[Scenario], effective_max_bs: dict[str, int] 
     runs = []
     for k in order:
         members = groups[k]
+        if k[0][0] == "pair":
+            pre = next((m for m in members if m.mode == "prefill"), None)
+            dec = next((m for m in members if m.mode == "decode"), None)
+            if pre is None or dec is None or len(members) != 2:
+                raise MemfracError(f"pair {k[0][1]}: needs one prefill and one decode scenario, got "
+                                   + ", ".join(f"{m.name} ({m.mode})" for m in members))  # fmt: skip
+            runs.append(RunGroup(str(k[0][1]), pre, (pre, dec), peer=dec))
+            continue
         launch = max(members, key=lambda m: eff.get(m.name, m.decode_graph.max_bs or 0))
         runs.append(RunGroup(launch.name, launch, tuple(members)))
     return runs
@@ -105,11 +136,29 @@ def assign_gpus(
     return placed, bad
 
 
+def load_refusal(s: Scenario, r: Reservation) -> str | None:
+    """Why scenario `s` is predicted not to load under the fraction reservation `r` gives it, or None.
+
+    sglang sizes the pool as free_at_start × mfs − weights (profiler.model.kv_budget); with free_at_start taken
+    as the GPU's whole capacity — more than any worker really finds free — a budget ≤ 0 means the weights
+    cannot fit under the fraction on that GPU."""
+    kv = kv_budget(s, r.mem_fraction_static)
+    if kv.budget_mib > 0:
+        return None
+    return (
+        f"predicted not to load: weights ≈ {kv.weights_mib / 1024:.1f} GiB/GPU (estimated from config.json) do not "
+        f"fit under mfs {r.mem_fraction_static:.3f} of {s.gpu.total_mib} MiB ({s.gpu.name}); "
+        "--start-unloadable starts it anyway"
+    )
+
+
 def make_plan(
-    scenarios: list[Scenario], gpus: list[int], release: str = DEFAULT_RELEASE, validate: bool = False
-) -> Plan:
+    scenarios: list[Scenario], gpus: list[int], release: str = DEFAULT_RELEASE, validate: bool = False,
+    start_unloadable: bool = False,
+) -> Plan:  # fmt: skip
     """Group, pack and reserve; with `validate`, sglang's own resolver first refuses what it refuses
-    (`profiler.engine.validation.check`: one line per refused scenario, before anything starts)."""
+    (`profiler.engine.validation.check`: one line per refused scenario, before anything starts). Runs predicted
+    not to load are listed in `unloadable` (and skipped unless `start_unloadable`)."""
     if not scenarios:
         raise MemfracError("no scenarios to sweep")
     validation = None
@@ -120,8 +169,13 @@ def make_plan(
     rules = rules_for(release)
     res = {s.name: reserve(inputs_from_scenario(s), rules) for s in scenarios}
     runs = group_scenarios(scenarios, {n: r.resolved.decode_max_bs for n, r in res.items()})
-    _, bad = assign_gpus(runs, gpus)
-    return Plan(scenarios, runs, gpus, res, bad, validation)
+    unloadable = {}
+    for g in runs:
+        why = next((w for s in g.started if (w := load_refusal(s, res[s.name])) is not None), None)
+        if why is not None:
+            unloadable[g.key] = why
+    _, bad = assign_gpus([g for g in runs if start_unloadable or g.key not in unloadable], gpus)
+    return Plan(scenarios, runs, gpus, res, bad, validation, unloadable, start_unloadable)
 
 
 def _gib(x: float) -> str:
@@ -133,13 +187,21 @@ def render_plan(plan: Plan, *, per_term: bool = True) -> str:
     reservation per scenario and each all-to-all buffer beside its reserve."""
     from profiler.core import ui
 
-    placed, bad = assign_gpus(plan.runs, plan.gpus)
+    skipped = plan.skipped
+    placed, bad = assign_gpus([r for r in plan.runs if r.key not in skipped], plan.gpus)
     lines = [
-        f"{len(plan.scenarios)} scenarios → {len(plan.runs)} worker starts "
-        f"({plan.starts_saved} saved by sharing decode-graph ladders) on GPUs {plan.gpus or '[none]'}"
+        f"{len(plan.scenarios)} scenarios → {len(plan.runs) - len(skipped)} worker starts "
+        f"({plan.starts_saved} saved by sharing decode-graph ladders"
+        + (f", {len(skipped)} skipped: predicted not to load" if skipped else "")
+        + f") on GPUs {plan.gpus or '[none]'}"
     ]
-    runs = [[r.key, r.gpus_needed, ",".join(map(str, gpus)), len(r.members) - 1 or ""] for r, gpus in placed]
+
+    def note(r: RunGroup) -> str:
+        return "pair: prefill + decode + router" if r.peer is not None else str(len(r.members) - 1 or "")
+
+    runs = [[r.key, r.gpus_needed, ",".join(map(str, gpus)), note(r)] for r, gpus in placed]
     runs += [[r.key, r.gpus_needed, "NOT RUNNABLE", why] for r, why in bad]
+    runs += [[r.key, r.gpus_needed, "SKIPPED", skipped[r.key]] for r in plan.runs if r.key in skipped]
     lines.append(ui.table(["run", "GPUs", "GPU ids", "+ measured from its ladder"], runs,
                           right=[False, True, False, True], title="worker starts"))  # fmt: skip
     if plan.validation is not None:
@@ -154,9 +216,10 @@ def render_plan(plan: Plan, *, per_term: bool = True) -> str:
         rows.append(row)
         kv = kv_budget(s, r.mem_fraction_static)
         if kv.budget_mib <= 0:
+            then = "started anyway (--start-unloadable)" if plan.start_unloadable else "skipped"
             warnings.append(
                 f"! {s.name}: weights ≈ {kv.weights_mib / 1024:.1f} GiB/GPU do not fit under "
-                f"mfs {r.mem_fraction_static:.3f} of {s.gpu.total_mib} MiB: expect it to fail at load"
+                f"mfs {r.mem_fraction_static:.3f} of {s.gpu.total_mib} MiB: expect it to fail at load — {then}"
             )
         a2a = report_for(s, r)
         if a2a is not None:

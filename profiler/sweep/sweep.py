@@ -85,6 +85,9 @@ class SweepSummary:
 def record(store: Store, plan: Plan, r: JobResult, summary: SweepSummary) -> None:
     """Compare the launched scenario and every member measured from its ladder; store them atomically."""
     g: RunGroup = r.job.group
+    if r.pair is not None:
+        record_pair(store, plan, r, summary)
+        return
     if r.status == NOT_STARTED:  # nothing ran: say why, and let --resume start it again
         summary.not_run += len(g.members)
         summary.rows += [(s.name, "not started", "—", (r.error or "")[:120]) for s in g.members]
@@ -127,6 +130,49 @@ def record(store: Store, plan: Plan, r: JobResult, summary: SweepSummary) -> Non
         summary.rows.append((mm.scenario or mm.id, r.result.status, cc.verdict, detail[:110]))  # type: ignore[union-attr]
     if r.result.status != "ok":
         summary.failed += len(items)
+
+
+SKIPPED = "skipped"  # a manifest status: the sweep chose not to start the run (the reason is recorded)
+
+
+def record_skipped(store: Store, g: RunGroup, why: str, summary: SweepSummary) -> None:
+    """A run the sweep does not start (predicted not to load; a GPU this node does not have): in the manifest with
+    the reason, so the report lists it; --resume plans it again."""
+    summary.not_run += len(g.members)
+    summary.rows += [(s.name, SKIPPED, "—", why[:120]) for s in g.members]
+    store.add([], run_key=g.key, status=SKIPPED, extra={"reason": why, "scenarios": [s.name for s in g.members]})
+
+
+def record_pair(store: Store, plan: Plan, r: JobResult, summary: SweepSummary) -> None:
+    """Both workers of a PD pair, each compared with the heuristic of its own role, stored under the pair's key
+    with the per-request transfer evidence (transfer.json) in the manifest."""
+    g: RunGroup = r.job.group
+    pr = r.pair
+    items: list[tuple[object, Comparison, RunContext]] = []
+    for side in (pr.prefill, pr.decode):
+        if side is None:
+            continue
+        s = g.launch if side.measurement.identity.mode == "prefill" else g.peer
+        assert s is not None
+        m = side.measurement
+        m.notes.append(f"one worker of PD pair {g.key} (its peer and sglang's router ran beside it: pair.json)")
+        res, notes = reservation_for(m, s)
+        m.notes.extend(notes)
+        analytic, device = deepep_sizes_mib(s)
+        c = compare(m, res, deepep_analytic_mib=analytic)
+        rv = plan.reservations[s.name].resolved
+        ctx = context_for(s, rv.decode_max_bs, rv.chunked_prefill_size)
+        items.append((m, c, replace(ctx, group=g.key, deepep_device_mib=device, **post_capture_columns(s, c, res))))
+    t = pr.transfer or {}
+    extra = {"out_dir": str(pr.out_dir), "pair": True, "failure": pr.failure,
+             "transfer": {k: t.get(k) for k in ("proven", "of", "kinds_proven", "negative_control_zero", "how")}}
+    store.add(items, run_key=g.key, status=pr.status, extra=extra)  # type: ignore[arg-type]
+    for mm, cc, _ in items:
+        detail = cc.reason if pr.status == "ok" else (pr.failure or "")
+        summary.rows.append((mm.scenario or mm.id, pr.status, cc.verdict, detail[:110]))  # type: ignore[union-attr]
+    summary.rows.append((g.key, pr.status, "—", f"KV transfer proven for {t.get('proven')}/{t.get('of')} requests"))
+    if pr.status != "ok":
+        summary.failed += max(1, len(items))
 
 
 def _variant_measurement(m: object, s: Scenario, c: Comparison) -> object:
@@ -213,11 +259,15 @@ def run_sweep(
     say: Say = _say_stderr,
     echo: Callable[[str], None] = print,
     validate: bool = True,
+    start_unloadable: bool = False,
 ) -> int:
     """The command. Exit status 0 when every started run succeeded, 1 when some failed, 2 on bad input."""
     scenarios = load_scenarios(path)
     gpu_ids = gpus if gpus is not None else default_gpus()
-    plan = make_plan(scenarios, gpu_ids, validate=validate)
+    plan = make_plan(scenarios, gpu_ids, validate=validate, start_unloadable=start_unloadable)
+    if executor == "ray" and any(g.peer is not None for g in plan.runs):
+        raise MemfracError(f"{path}: a PD pair (mode = \"pd\") runs with --executor local: its two workers and "
+                           "their router share one node")  # fmt: skip
     if dry_run:
         echo(render_plan(plan))
         return 0
@@ -225,8 +275,8 @@ def run_sweep(
     device = device or "cuda"  # the face decides between this and its CPU fallback (profiler.face.fallback)
     store = Store(out_dir)
     store.init({"scenarios": path, "executor": executor, "device": device})
-    runs = plan.runs
-    skipped: list[tuple[RunGroup, str]] = []
+    skipped: list[tuple[RunGroup, str]] = [(g, why) for g in plan.runs if (why := plan.skipped.get(g.key))]
+    runs = [g for g in plan.runs if g.key not in plan.skipped]
     if device == "cuda":
         node = node_gpu_mib()
         if node is not None:
@@ -245,14 +295,17 @@ def run_sweep(
                     keep.append(g)
             runs = keep
     if resume:
-        done_keys = {k for k, v in store.finished().items() if v.get("status") != NOT_STARTED}
+        done_keys = {k for k, v in store.finished().items() if v.get("status") not in (NOT_STARTED, SKIPPED)}
         before = len(runs)
         runs = [g for g in runs if g.key not in done_keys]
         say(f"resume: {before - len(runs)} run(s) already recorded in {out_dir}, {len(runs)} to go")
     summary = SweepSummary()
-    for g, why in skipped:
-        summary.not_run += len(g.members)
-        summary.rows += [(s.name, "skipped", "—", why) for s in g.members]
+    measured = {k for k, v in store.finished().items() if v.get("status") not in (NOT_STARTED, SKIPPED)}
+    for g, why in skipped:  # recorded, with the reason: the report lists what the sweep did not start
+        say(f"{g.key}: skipped — {why}")
+        if g.key in measured:  # an earlier sweep into this directory measured it: keep that record
+            continue
+        record_skipped(store, g, why, summary)
     jobs = [Job(g, store.raw_dir(g.key), device, python) for g in runs]
     deadline = None if budget is None else time.monotonic() + (parse_budget(budget) or 0)
     say(
