@@ -316,14 +316,28 @@ def spare(
     return Spare(unused, wasted, rec if rec is None or rec > 0 else None)  # ≤ 0: no fraction leaves that much
 
 
+@dataclass(frozen=True, slots=True)
+class LogJudging:
+    """How a log run is judged (`profiler.ingest.judge`): its own fraction (None when the log supports none),
+    the rule set(s) it was judged with (a range of candidates for a log), and what runtime needs (the largest
+    activation reserve over the candidates, or a measured peak)."""
+
+    mfs: float | None
+    rules: str
+    need: Need | None
+
+
 def compare(
     m: Measurement,
     res: Reservation | None,
     *,
     margin_mib: float = DEFAULT_MARGIN_MIB,
     deepep_analytic_mib: float | None = None,
+    judging: LogJudging | None = None,
 ) -> Comparison:
     """Compare one measurement with the reservation of its configuration (None when it cannot be modelled).
+    `judging`: a log run's own fraction, rule-set label and runtime need (`memfrac ingest`); the verdict is
+    decided here, once, with them.
 
     Ranks differ (the first one often holds extra buffers): the rank closest to OOM is the one judged.
     """
@@ -331,6 +345,8 @@ def compare(
     judged = [(a.worst_free_mib, i) for i, (_, a) in enumerate(atts) if a.worst_free_mib is not None]
     r, att = atts[min(judged)[1]] if judged else ((m.primary, _attribution(m, m.primary)) if m.ranks else (None, None))
     mfs = res.mem_fraction_static if res is not None else _mfs_from_args(m)
+    if judging is not None:
+        mfs = judging.mfs  # the log's own fraction (printed, implied or computed), never the fallback's
     start = free_at_start(r)
     slack = None if start is None or mfs is None else start * (1 - mfs)
     after_kv = None if att is None else att.after_kv_free_mib
@@ -344,7 +360,7 @@ def compare(
     resolution = max((p.resolution_mib or 0.0) for p in r.phases) if r and r.phases else 0.0
     rows = _term_rows(m, res, att, resolution, used) if res is not None else []
     served = att is not None and att.total("activation") is not None
-    need = verdict_need(m, res)
+    need = verdict_need(m, res) if judging is None else judging.need
     verdict, reason = run_verdict(m, worst, used, end_startup, need)
     s = spare(verdict, worst, used, start, need, served, margin_mib, bpt)
     if unread and verdict == "unknown" and att is not None and att.worst_free_mib is not None:
@@ -357,7 +373,7 @@ def compare(
         scenario=m.scenario,
         source=m.source,
         memory_kind=m.memory_kind,
-        rules=res.rules if res is not None else None,
+        rules=judging.rules if judging is not None else res.rules if res is not None else None,
         mfs=mfs,
         mfs_origin=m.mfs_origin,
         # with the GPU size unknown the rules fall back to a constant: that is no heuristic answer
@@ -374,7 +390,8 @@ def compare(
         headroom_startup_mib=end_startup,
         headroom_mib=worst,
         wasted_kv_tokens=s.wasted_kv_tokens,
-        recommended_mfs=s.recommended_mfs,
+        # a log run without a fraction of its own: no recommended one (it would rest on a fraction the log lacks)
+        recommended_mfs=None if judging is not None and judging.mfs is None else s.recommended_mfs,
         margin_mib=margin_mib,
         verdict=verdict,
         reason=reason,

@@ -1,4 +1,4 @@
-"""profiler.ingest.core rows: every output names the rules and why, carries the failure's numbers, the serving
+"""profiler.ingest rows: every output names the rules and why, carries the failure's numbers, the serving
 evidence, and the notes that qualify a figure; the table goes through profiler.core.ui."""
 
 from __future__ import annotations
@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from profiler.ingest.core import COLUMNS, judge, render, rows_for, run_ingest
+from profiler.ingest.core import run_ingest
+from profiler.ingest.judge import judge
+from profiler.ingest.output import COLUMNS, render, rows_for
 from profiler.logs import parse_log
 from tests.conftest import LOG_FIXTURES
 

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from profiler.core.measurement import Measurement, Phase, Rank
-from profiler.ingest.core import judge
+from profiler.ingest.judge import judge
 from profiler.logs import parse_log
 from profiler.logs.formats import release_key
 from profiler.logs.state import profiled_kv_tokens

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from profiler.core.errors import MemfracError
-from profiler.ingest.core import log_files, read_logs, run_ingest
+from profiler.ingest.core import log_files, run_ingest
+from profiler.ingest.pool import read_logs
 from profiler.logs import parse_log, read_log
 from profiler.logs.inputs import content_kind, is_log_name, sniff
 from tests.conftest import LOG_FIXTURES

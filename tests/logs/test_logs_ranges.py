@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from profiler.ingest.core import _plan, read_logs
+from profiler.ingest.pool import _plan, read_logs
 from profiler.logs import _head_text, read_log, read_ranges
 from profiler.logs import lines as L
 from profiler.logs.build import LogBuilder
@@ -295,7 +295,7 @@ def test_worker_pools_return_results_errors_and_progress(pool_kind: str, tmp_pat
     """Both pools (fork-based on Linux, concurrent.futures elsewhere) give each task's result, raise a task's
     MemfracError where its result is asked for, and report bytes done."""
     from profiler.core.errors import MemfracError
-    from profiler.ingest.core import PROGRESS_EVERY, _Executor, _Forked, _read_task, _scan_task
+    from profiler.ingest.pool import PROGRESS_EVERY, _Executor, _Forked, _read_task, _scan_task
 
     if pool_kind == "forked" and not hasattr(__import__("os"), "fork"):
         pytest.skip("no fork on this platform")

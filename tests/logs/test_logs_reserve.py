@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from profiler.ingest.core import judge
+from profiler.ingest.judge import judge
 from profiler.logs import parse_log
 from profiler.logs.formats import releases_between
 from profiler.logs.reserve import heuristic_args, log_reservation
