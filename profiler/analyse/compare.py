@@ -95,6 +95,12 @@ class Comparison:
     ledger: Ledger | None = None  # the judged (worst) rank's books at its worst point
     ledgers: tuple[Ledger, ...] = ()  # every rank's
     kv_unused_mib: float | None = None  # headroom beyond the margin and what runtime still needs (`spare`)
+    kv_draft_mib: float | None = None  # the speculative draft's KV pool (inside kv_pool_mib and its bytes per token)
+    kv_upper_bound_mib: float | None = None  # post-capture KV sizing: the VA upper bound configure reserved …
+    kv_upper_bound_tokens: int | None = None  # … and its tokens (kv_pool_mib / kv_tokens are the final pool)
+    mfs_reconstructed: float | None = None  # memfrac's reconstruction of sglang's fraction for the scenario
+    mfs_finding: str = ""  # the worker's fraction (/server_info) differs from the reconstruction: why it matters
+    judged_rank: int | None = None  # index into Measurement.ranks of the rank judged (closest to OOM)
 
     def term(self, name: str) -> TermComparison:
         for t in self.terms:
@@ -120,34 +126,49 @@ def _phase(r: Rank | None, name: str) -> Phase | None:
 
 
 def free_at_start(r: Rank | None) -> float | None:
-    """sglang's pre_model_load_memory (the min over ranks it sizes the KV pool from): the probe reads it, a
-    log prints it in some releases; else the rank's own first reading (avail mem at 'Load weight begin')."""
-    b = _phase(r, "baseline")
-    if b is not None and isinstance(b.details.get("pre_model_load_mib"), int | float):
-        return float(b.details["pre_model_load_mib"])
-    w = _phase(r, "weights")
-    if w is None:
-        return None
-    if w.before is not None and w.before.free_mib is not None:
-        return w.before.free_mib
-    if w.source == "log" and w.after is not None and w.after.free_mib is not None and w.usage_mib is not None:
-        return w.after.free_mib + w.usage_mib  # implied: avail after + printed usage
-    return None
+    """The rank's free memory at start, by the one rule (`profiler.core.measurement.free_at_start`)."""
+    return None if r is None else r.free_at_start().mib
+
+
+@dataclass(frozen=True, slots=True)
+class JudgedRank:
+    """The rank judged — the one closest to OOM (lowest free memory at its worst point), else the primary one —
+    with every rank's attribution, each computed once (`judge_ranks`) and reused for the verdict, the figures
+    and the books shown."""
+
+    rank: Rank | None
+    attribution: Attribution | None
+    index: int | None  # position in Measurement.ranks (labels may repeat: identity is the position)
+    attributions: tuple[Attribution, ...] = ()  # one per Measurement.ranks entry
+
+
+def judge_ranks(m: Measurement) -> JudgedRank:
+    """Attribute every rank once; pick the judged one (ties: the first in Measurement.ranks order)."""
+    atts = tuple(attribute(rk, m.memory_kind) for rk in m.ranks)
+    cands = [(a.worst_free_mib, i) for i, a in enumerate(atts) if a.worst_free_mib is not None]
+    if cands:
+        i = min(cands)[1]
+        return JudgedRank(m.ranks[i], atts[i], i, atts)
+    p = m.primary
+    i = next((j for j, rk in enumerate(m.ranks) if rk is p), None)
+    return JudgedRank(p, None if i is None else atts[i], i, atts)
 
 
 def _attribution(m: Measurement, r: Rank | None) -> Attribution | None:
     return None if r is None else attribute(r, m.memory_kind)
 
 
-def rank_figures(r: Rank | None, memory_kind: str = "gpu") -> dict[str, Any]:
+def rank_figures(r: Rank | None, memory_kind: str = "gpu", att: Attribution | None = None) -> dict[str, Any]:
     """Weights, KV pool, graph capture and headroom of one rank (MiB; None where it does not say)."""
-    w, kv = _phase(r, "weights"), _phase(r, "kv_pool")
-    att = None if r is None else attribute(r, memory_kind)
+    w = _phase(r, "weights")
+    kv = kv_figures(r)
+    if att is None and r is not None:
+        att = attribute(r, memory_kind)
     graphs = [p.used_mib for p in (r.phases if r else []) if p.name in _GRAPHS and p.used_mib is not None]
     return {
         "weights_mib": w.used_mib if w else None,
-        "kv_mib": _kv_mib(kv),
-        "kv_tokens": kv.details.get("kv_tokens") if kv else None,
+        "kv_mib": kv.target_mib,
+        "kv_tokens": kv.tokens,
         "graph_mib": sum(graphs) if graphs else None,
         "headroom_mib": None if att is None else att.worst_free_mib,
     }
@@ -160,24 +181,59 @@ def _kv_mib(kv: Phase | None) -> float | None:
     return ((d.get("k_mib") or 0) + (d.get("v_mib") or 0)) or d.get("kv_mib")
 
 
+@dataclass(frozen=True, slots=True)
+class KvFigures:
+    """The KV pools a rank ended its startup with (MiB, tokens)."""
+
+    target_mib: float | None  # the target's pool: the post-capture resize's final span when there was one
+    tokens: int | None
+    draft_mib: float | None = None  # the speculative draft's pool (same tokens: it takes the target's config)
+    upper_bound_mib: float | None = None  # post-capture: what configure reserved as virtual address space
+    upper_bound_tokens: int | None = None
+
+    @property
+    def total_mib(self) -> float | None:
+        return None if self.target_mib is None else self.target_mib + (self.draft_mib or 0.0)
+
+    @property
+    def bytes_per_token(self) -> float | None:
+        """(target + draft) bytes / tokens: a KV token costs a slot in every pool (pool_configurator.py:259-300:
+        sglang sizes the target's budget with the draft's bytes per token included)."""
+        t = self.total_mib
+        return None if not t or not self.tokens else t * 2**20 / self.tokens
+
+
+def kv_figures(r: Rank | None) -> KvFigures:
+    """The target pool (from `post_capture_resize` when the pool was sized after capture: configure reserved
+    only its VA upper bound, memory_pool.py:2217-2220, and `post_capture_resize_kv_pool` backs the final span,
+    model_runner.py:1061, kv_pool_runtime.py:151), the draft's pool, and the upper bound apart."""
+    kv = _phase(r, "kv_pool")
+    if kv is None:
+        return KvFigures(None, None)
+    tokens = kv.details.get("kv_tokens")
+    target = _kv_mib(kv)
+    upper = upper_tokens = None
+    rz = _phase(r, "post_capture_resize")
+    draft = None if r is None else _kv_mib(r.phase("kv_pool", role="draft"))
+    if rz is not None and isinstance(rz.details.get("kv_mib"), int | float):
+        upper, upper_tokens = target, tokens
+        target, tokens = float(rz.details["kv_mib"]), rz.details.get("kv_tokens", tokens)
+        if isinstance(rz.details.get("draft_kv_mib"), int | float):
+            draft = float(rz.details["draft_kv_mib"])
+    elif kv.details.get("post_capture_active"):
+        upper, upper_tokens = target, tokens  # never resized (the run ended first): no final pool
+        target, tokens = None, None
+    return KvFigures(target, tokens, draft, upper, upper_tokens)
+
+
 def worst_rank(m: Measurement) -> Rank | None:
     """The rank closest to OOM (lowest free memory at its worst point); the primary one when none says."""
-    best: tuple[float, Rank] | None = None
-    for r in m.ranks:
-        w = attribute(r, m.memory_kind).worst_free_mib
-        if w is not None and (best is None or w < best[0]):
-            best = (w, r)
-    return best[1] if best else m.primary
+    return judge_ranks(m).rank
 
 
 def kv_bytes_per_token(r: Rank | None) -> float | None:
-    """Exact, from the KV pool the worker allocated: (K + V) bytes / tokens."""
-    p = _phase(r, "kv_pool")
-    tokens = None if p is None else p.details.get("kv_tokens")
-    size = _kv_mib(p)
-    if not tokens or not size:
-        return None
-    return size * 2**20 / tokens
+    """Exact, from the KV pools the worker allocated: (target + draft K + V) bytes / tokens."""
+    return kv_figures(r).bytes_per_token
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -341,10 +397,16 @@ def compare(
 
     Ranks differ (the first one often holds extra buffers): the rank closest to OOM is the one judged.
     """
-    atts = [(rk, attribute(rk, m.memory_kind)) for rk in m.ranks]
-    judged = [(a.worst_free_mib, i) for i, (_, a) in enumerate(atts) if a.worst_free_mib is not None]
-    r, att = atts[min(judged)[1]] if judged else ((m.primary, _attribution(m, m.primary)) if m.ranks else (None, None))
-    mfs = res.mem_fraction_static if res is not None else _mfs_from_args(m)
+    j = judge_ranks(m)
+    r, att = j.rank, j.attribution
+    recon = res.mem_fraction_static if res is not None else None
+    worker = _mfs_from_args(m) if m.source == "probe" and m.args_source == "server_info" else None
+    mfs = worker if worker is not None else recon if recon is not None else _mfs_from_args(m)
+    finding = ""
+    if worker is not None and recon is not None and abs(worker - recon) > 5e-4:
+        finding = (f"sglang used mem_fraction_static {worker:.3f} (/server_info) where memfrac reconstructs "
+                   f"{recon:.3f} for the scenario: the scenario's GPU, model or flags differ from the worker's; "
+                   f"judged with the worker's {worker:.3f}")  # fmt: skip
     if judging is not None:
         mfs = judging.mfs  # the log's own fraction (printed, implied or computed), never the fallback's
     start = free_at_start(r)
@@ -353,10 +415,12 @@ def compare(
     unread = [] if att is None else att.unread_after  # windows after the last reading printed no memory
     worst = None if att is None or unread else att.worst_free_mib
     end_startup = None if att is None or unread else att.end_of_startup_free_mib
-    used = None if after_kv is None or worst is None else after_kv - worst
+    # used after KV: KV memory committed after the target's pool window (the draft's pool, a post-capture
+    # resize) is KV, not what the fraction's slack paid for (`Attribution.kv_later_mib`)
+    used = None if after_kv is None or worst is None else after_kv - att.kv_later_mib - worst  # type: ignore[union-attr]
     weights = _phase(r, "weights")
-    kvp = _phase(r, "kv_pool")
-    bpt = kv_bytes_per_token(r)
+    kv = kv_figures(r)
+    bpt = kv.bytes_per_token
     resolution = max((p.resolution_mib or 0.0) for p in r.phases) if r and r.phases else 0.0
     rows = _term_rows(m, res, att, resolution, used) if res is not None else []
     served = att is not None and att.total("activation") is not None
@@ -366,8 +430,14 @@ def compare(
     if unread and verdict == "unknown" and att is not None and att.worst_free_mib is not None:
         reason = (f"headroom unknown: {', '.join(unread)} ran after the last free-memory reading "
                   f"({att.worst_free_mib / 1024:.2f} GiB free) and printed no memory")  # fmt: skip
-    ledgers = tuple(ledger_of(a, rk.label) for rk, a in atts if a.opening_mib is not None or a.charges)
-    judged_ledger = next((x for x in ledgers if r is not None and x.rank == r.label), None)
+    if finding:
+        reason += f"; {finding}"
+    labels = [rk.label for rk in m.ranks]
+    books = [(i, ledger_of(a, _label(rk, labels))) for i, (rk, a) in enumerate(zip(m.ranks, j.attributions,
+                                                                                   strict=True))
+             if a.opening_mib is not None or a.charges]  # fmt: skip
+    ledgers = tuple(x for _, x in books)
+    judged_ledger = next((x for i, x in books if i == j.index), None)
     return Comparison(
         measurement_id=m.id,
         scenario=m.scenario,
@@ -383,8 +453,8 @@ def compare(
         slack_mib=slack,
         reserved_terms_mib=res.reserved_mib if res is not None else None,
         weights_mib=weights.used_mib if weights else None,
-        kv_pool_mib=_kv_mib(kvp),
-        kv_tokens=kvp.details.get("kv_tokens") if kvp else None,
+        kv_pool_mib=kv.total_mib,
+        kv_tokens=kv.tokens,
         kv_bytes_per_token=bpt,
         used_after_kv_mib=used,
         headroom_startup_mib=end_startup,
@@ -403,7 +473,19 @@ def compare(
         ledger=judged_ledger,
         ledgers=ledgers,
         kv_unused_mib=s.kv_unused_mib,
+        kv_draft_mib=kv.draft_mib,
+        kv_upper_bound_mib=kv.upper_bound_mib,
+        kv_upper_bound_tokens=kv.upper_bound_tokens,
+        mfs_reconstructed=recon,
+        mfs_finding=finding,
+        judged_rank=j.index,
     )
+
+
+def _label(rk: Rank, labels: list[str]) -> str:
+    """A rank's label, with its pid where another rank carries the same one (probe records made before the
+    replica's DP rank was read: every plain-DP replica said TP0)."""
+    return f"{rk.label} (pid {rk.pid})" if labels.count(rk.label) > 1 and rk.pid is not None else rk.label
 
 
 def _mfs_from_args(m: Measurement) -> float | None:

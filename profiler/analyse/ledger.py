@@ -161,7 +161,12 @@ class Attribution:
     unread_after: list[str] = field(default_factory=list)  # windows after the last reading, without readings
     opens_at: str = ""
     end_of_startup_free_mib: float | None = None
-    after_kv_free_mib: float | None = None
+    after_kv_free_mib: float | None = None  # free at the end of the target's KV pool window
+    #: KV memory charged after that window and held at the worst point: the draft's pool (allocated right after
+    #: the target's, scheduler.py:1097-1110 init_memory_pools) and the post-capture resize, where a
+    #: post-capture pool really commits its memory (kv_pool_runtime.py:151 finalize_backing; the configure
+    #: window only reserves virtual address space, memory_pool.py:2217 "VA upper bound").
+    kv_later_mib: float = 0.0
     resolution_mib: float = PROBE_RESOLUTION_MIB
     notes: list[str] = field(default_factory=list)
 
@@ -235,11 +240,19 @@ def _ends(p: Phase, host: bool, cursor: float | None = None) -> tuple[float | No
     return b, a, how
 
 
-def _peak_above(p: Phase, host: bool, net: float) -> tuple[float, str]:
-    """The most a window held above its start: the lowest free reading inside it, or, on a GPU, torch's
-    peak reserved above its start plus the window's non-torch growth — sglang empties the cache before
-    the capture's end reading (get_available_gpu_memory(empty_cache=True), cuda_graph_setup.py), so
-    transient warm-up activations appear only in the peak."""
+def _peak_above(p: Phase, host: bool, net: float, nested_nontorch: float = 0.0) -> tuple[float, str]:
+    """The most a window held above its start: the lowest free reading inside it (its end, its ladder and
+    progress readings), or, on a GPU, torch's peak reserved above its start plus the non-torch memory known to
+    coexist with that peak — sglang empties the cache before the capture's end reading
+    (get_available_gpu_memory(empty_cache=True), cuda_graph_setup.py), so transient warm-up activations appear
+    only in the peak.
+
+    Which non-torch memory coexisted with torch's peak: only what the nested windows made (an all-to-all
+    buffer is created once and never freed, so it is there for every later moment of its parent). The rest of
+    the window's non-torch growth (graph exec objects, lazily made NCCL buffers) has no time stamp: it may
+    have come after the peak's transient was freed, so it is not added to it — the end reading and the readings
+    inside still count it where they saw it. (Adding all of it overstated a capture whose warm-up transient was
+    freed before its non-torch growth: the worst point came out 1,000 MiB too low.)"""
     best, how = net, "read"
     b = p.before
     rungs = [lp.free_mib for lp in p.ladder if lp.free_mib is not None]
@@ -254,11 +267,7 @@ def _peak_above(p: Phase, host: bool, net: float) -> tuple[float, str]:
     if b.free_mib is not None and p.peak.free_mib is not None and b.free_mib - p.peak.free_mib > best:
         best = b.free_mib - p.peak.free_mib
     if b.torch_reserved_mib is not None and p.peak.torch_peak_reserved_mib is not None:
-        nontorch = 0.0
-        d = p.delta
-        if d is not None and d.nontorch_mib is not None:
-            nontorch = max(0.0, d.nontorch_mib)
-        est = p.peak.torch_peak_reserved_mib - b.torch_reserved_mib + nontorch
+        est = p.peak.torch_peak_reserved_mib - b.torch_reserved_mib + max(0.0, nested_nontorch)
         if est > best + 1e-9:
             best, how = est, "implied"
     return best, how
@@ -270,21 +279,28 @@ def _peak_above(p: Phase, host: bool, net: float) -> tuple[float, str]:
 
 
 def _start(rank: Rank, host: bool) -> tuple[float | None, str, int]:
-    """The reading the books start from, how it was read, and the index of the first window after it."""
-    for i, p in enumerate(rank.phases):
-        if p.name == "baseline" and p.role == "target":
-            lv = _level(p.after, host)
+    """The reading the books start from, how it was read, and the index of the first window after it: the one
+    rule of `Rank.free_at_start` (profiler/core/measurement.py) on a GPU; on the host, the RSS the baseline
+    window ended at (else the weights window's begin)."""
+    idx = {p.name: i for i, p in reversed(list(enumerate(rank.phases))) if p.role == "target"}
+    b, w = idx.get("baseline"), idx.get("weights")
+    # the first window after the start: a probe measures the baseline before the weights; a log's baseline
+    # phase (a printed pre_model_load) is placed after the weights it was printed after (logs/build.py)
+    after_base = (b + 1) if b is not None and (w is None or b < w) else (w if w is not None else 0)
+    if host:
+        if b is not None:
+            lv = _level(rank.phases[b].after, host)
             if lv is not None:
-                return lv, "read: free when sglang measured pre_model_load_memory (this rank, driver)", i + 1
-    for i, p in enumerate(rank.phases):
-        if p.name == "weights" and p.role == "target":
-            b, _, how = _ends(p, host)
-            if b is not None:
-                what = "avail mem at 'Load weight begin'" if p.source == "log" else "free when the weights began"
-                if how == "implied":
-                    what = "'Load weight end' avail mem + its printed mem usage"
-                return b, f"{how}: {what}", i
-    return None, "unknown: no reading before the weights", 0
+                return lv, "read: host RSS when sglang measured pre_model_load_memory", after_base
+        if w is not None:
+            lv = _level(rank.phases[w].before, host)
+            if lv is not None:
+                return lv, "read: host RSS when the weights began", w
+        return None, "unknown: no reading before the weights", 0
+    f = rank.free_at_start()
+    if f.mib is None:
+        return None, f"unknown: {f.what}", 0
+    return f.mib, f"{f.how}: {f.what}", after_base if f.phase == "baseline" else (w if w is not None else 0)
 
 
 def _opening(rank: Rank, host: bool) -> tuple[float | None, str, int]:
@@ -375,6 +391,7 @@ def attribute(rank: Rank, memory_kind: str, resolution_mib: float | None = None)
     att.opening_mib = None if host else start
     w = _Walk(att, start)
     seen_kv = False
+    kv_order: int | None = None
     for p in rank.phases[i0:]:
         if p.details.get("parent"):
             continue  # charged inside its parent's window
@@ -407,6 +424,8 @@ def attribute(rank: Rank, memory_kind: str, resolution_mib: float | None = None)
                 seen_kv = True
             continue
         w.gap(b, _window_name(p))
+        if p.name == "kv_pool" and p.role == "target":
+            kv_order = w.window
         _charge_window(w, rank, p, host, split=seen_kv and p.source == "probe" and not host)
         if p.name == "kv_pool" and p.role == "target":
             seen_kv = True
@@ -426,6 +445,9 @@ def attribute(rank: Rank, memory_kind: str, resolution_mib: float | None = None)
     att.worst_free_mib = None if host else w.worst[0]
     att.worst_point = w.worst[1]
     att.worst_order, att.worst_inside, att.worst_how = w.worst[2], w.worst[3], w.worst[4]
+    if kv_order is not None:
+        att.kv_later_mib = sum(c.mib for c in att.charges if c.line == "kv_pool" and c.order > kv_order
+                               and (c.order < att.worst_order or c.order == att.worst_inside))  # fmt: skip
     return att
 
 
@@ -443,7 +465,7 @@ def _charge_window(w: _Walk, rank: Rank, p: Phase, host: bool, *, split: bool) -
     layer = "host RSS" if host else "driver"
     printed = p.source == "log" and p.usage_mib is not None and how == "read"
     net = p.usage_mib if printed else b - a  # type: ignore[operator]
-    kids_net = kids_reserved = 0.0
+    kids_net = kids_reserved = kids_nontorch = 0.0
     kids = []
     for c in _children(rank, p):
         cb, ca, chow = _ends(c, host)
@@ -453,9 +475,10 @@ def _charge_window(w: _Walk, rank: Rank, p: Phase, host: bool, *, split: bool) -
         kids.append(_what(c))
         kids_net += cn
         kids_reserved += (c.delta.reserved_mib if c.delta is not None else None) or 0.0
+        kids_nontorch += (c.delta.nontorch_mib if c.delta is not None else None) or 0.0
         w.charge(_line_of(c), _window_name(c), cn, cn, chow, f"{_what(c)} window Δ ({layer}), inside {p.name}")
     own = own_usage(net, kids_net)
-    peak, peak_how = _peak_above(p, host, b - a)
+    peak, peak_how = _peak_above(p, host, b - a, kids_nontorch)
     peak_own = max(own, peak - kids_net)
     how_own = how if peak_how == "read" else peak_how
     minus = f" − {', '.join(kids)} inside it" if kids else ""
@@ -464,9 +487,11 @@ def _charge_window(w: _Walk, rank: Rank, p: Phase, host: bool, *, split: bool) -
     if split and line in _SPLIT_NONTORCH and reserved is not None:
         torch_part = reserved - kids_reserved
         nontorch = own - torch_part
-        w.charge(line, name, torch_part, max(torch_part, peak_own - nontorch), how_own,
-                 f"{p.name}: torch reserved Δ{minus}")  # fmt: skip
-        w.charge("parallel", name, nontorch, nontorch, "implied",
+        # at the window's peak: a driver reading holds both parts; torch's own peak holds none of the window's
+        # untimed non-torch growth (`_peak_above`)
+        torch_peak = peak_own if peak_how == "implied" else max(torch_part, peak_own - nontorch)
+        w.charge(line, name, torch_part, torch_peak, how_own, f"{p.name}: torch reserved Δ{minus}")
+        w.charge("parallel", name, nontorch, min(nontorch, 0.0) if peak_how == "implied" else nontorch, "implied",
                  f"{p.name}: non-torch growth (driver Δ − torch reserved Δ){minus}")  # fmt: skip
     else:
         src = f"{_what(p)}: " + ("mem usage as printed" if printed else f"window Δ ({layer})") + minus

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 SCHEMA_VERSION = 1
 
@@ -240,6 +240,60 @@ class Rank:
 
     def phases_named(self, name: str) -> list[Phase]:
         return [p for p in self.phases if p.name == name]
+
+    def free_at_start(self) -> FreeAtStart:
+        """The free memory this rank's books, its slack and every fraction rest on (see `free_at_start`)."""
+        return free_at_start(self)
+
+
+class FreeAtStart(NamedTuple):
+    """Free device memory at the start of a rank (MiB), where it was read, and on how many readings it rests."""
+
+    mib: float | None
+    how: str  # read | implied | unknown
+    what: str  # which reading
+    phase: str | None = None  # the window it was read at (baseline | weights)
+    readings: int = 0  # how many printed numbers it is made of (a log's each carry ±0.005 GiB)
+
+
+def free_at_start(r: Rank | None) -> FreeAtStart:
+    """THE rule for "free memory at start" (the ledger's opening, compare's slack and recommended fraction, a
+    log's implied fraction all call it), first that the record has:
+
+    1. sglang's own `pre_model_load_memory` — the probe's `measure_pre_model_load_memory` hook keeps what it
+       returned (bootstrap.py:193-223: free memory after NCCL init and `empty_cache`, the minimum over ranks,
+       bootstrap.py:207-212), older logs print it ("Memory profiling: … total_gpu_memory="). It is the number
+       sglang applies the fraction to (the KV budget is free after weights − pre_model_load × (1 − mfs)), so the
+       slack, an implied fraction and a recommended fraction are only right on it. On a rank that had more
+       free than the minimum the surplus is memory that rank's books cannot attribute: it shows as a gap.
+    2. the rank's own reading at the end of the baseline window (probe: the driver right after sglang's
+       `get_available_gpu_memory(empty_cache=True)`), for a probe record without the hook's return value;
+    3. avail mem at 'Load weight begin' (a log; the probe's weights window begin) — the first reading there is;
+    4. 'Load weight end' avail mem + its printed mem usage (implied, two printed numbers).
+
+    Why one rule: three copies read three fields (compare took 1, the ledger 2, the log parser 1 with other
+    fallbacks), so a log that prints both pre_model_load and 'Load weight begin' opened its books on one number
+    and computed its slack on another."""
+    if r is None:
+        return FreeAtStart(None, "unknown", "no rank")
+    base = r.phase("baseline")
+    if base is not None:
+        v = base.details.get("pre_model_load_mib")
+        if isinstance(v, int | float) and not isinstance(v, bool):
+            return FreeAtStart(float(v), "read", "pre_model_load_memory as sglang measured it", "baseline", 1)
+        if base.source == "probe" and base.after is not None and base.after.free_mib is not None:
+            return FreeAtStart(base.after.free_mib, "read", "free when sglang measured pre_model_load_memory "
+                               "(this rank, driver)", "baseline", 1)  # fmt: skip
+    w = r.phase("weights")
+    if w is None:
+        return FreeAtStart(None, "unknown", "no reading before the weights")
+    if w.before is not None and w.before.free_mib is not None:
+        what = "avail mem at 'Load weight begin'" if w.source == "log" else "free when the weights began"
+        return FreeAtStart(w.before.free_mib, "read", what, "weights", 1)
+    if w.source == "log" and w.after is not None and w.after.free_mib is not None and w.usage_mib is not None:
+        return FreeAtStart(w.after.free_mib + w.usage_mib, "implied",
+                           "'Load weight end' avail mem + its printed mem usage", "weights", 2)  # fmt: skip
+    return FreeAtStart(None, "unknown", "no reading before the weights")
 
 
 @dataclass(slots=True)

@@ -197,15 +197,14 @@ def _upper_bound(kv: Phase, start: float, start_how: str, label: str) -> Fractio
 
 
 def _free_at_start(r: Rank, w: Phase) -> tuple[float | None, float, str]:
-    base = r.phase("baseline")
-    if base is not None and isinstance(base.details.get("pre_model_load_mib"), int | float):
-        return base.details["pre_model_load_mib"] / GIB, PRINT_GIB, "pre_model_load"
-    if w.before is not None and w.before.free_mib is not None:
-        return w.before.free_mib / GIB, PRINT_GIB, "'Load weight begin' avail mem"
-    if w.after is not None and w.after.free_mib is not None and w.usage_mib is not None:
-        s = (w.after.free_mib + w.usage_mib) / GIB
-        return s, 2 * PRINT_GIB, "avail after weights + weights mem usage"
-    return None, 0.0, ""
+    """(GiB, its uncertainty, what it is) by the one rule (`profiler.core.measurement.free_at_start`)."""
+    f = r.free_at_start()
+    if f.mib is None:
+        return None, 0.0, ""
+    what = ("pre_model_load" if f.what.startswith("pre_model_load") else "'Load weight begin' avail mem"
+            if f.phase == "weights" and f.how == "read" else "avail after weights + weights mem usage"
+            if f.how == "implied" else f.what)  # fmt: skip
+    return f.mib / GIB, f.readings * PRINT_GIB, what
 
 
 def _budget(m: Measurement, kv: Phase) -> tuple[float | None, float, str, str]:
