@@ -28,6 +28,7 @@ class ProbeRun:
     device_name: str | None = None
     device_total_mib: float | None = None
     sizes: dict[str, int] = field(default_factory=dict)
+    hooks_unapplied: list[str] = field(default_factory=list)  # targets the HookRegistry did not patch
 
     @property
     def sglang_version(self) -> str | None:
@@ -110,6 +111,13 @@ def read_file(path: Path, run: ProbeRun) -> Rank | None:
                 ladders.append(rec)
             elif t == "runtime":
                 runtime = rec
+            elif t == "hooks":
+                applied = rec.get("applied") or {}
+                for path in rec.get("required") or []:
+                    if applied.get(path) is False:
+                        run.errors.append(f"sglang's HookRegistry did not apply the hook on {path}: its phase "
+                                          "would go unmeasured")  # fmt: skip
+                run.hooks_unapplied += [k for k, v in applied.items() if v is False]
             elif t == "error":
                 run.errors.append(str(rec.get("error")))
     if not begins and runtime is None:

@@ -82,6 +82,7 @@ class Recorder:
         self._lock = threading.RLock()
         self.ranks: dict[str, int] = {}
         self.start_record: dict[str, Any] | None = None  # written ahead of the first record of this process
+        self.on_open: Any = None  # called once the file is open, before the first record (the hooks record)
         self._own_reset = False
         # runtime sampling state
         self._rt_base: Snapshot | None = None
@@ -102,6 +103,9 @@ class Recorder:
             self._f = open(self.path, "a", buffering=1)  # noqa: SIM115  (lives as long as the process)
             if self.start_record is not None:
                 self._f.write(json.dumps(self._stamp(dict(self.start_record)), default=str) + "\n")
+            if self.on_open is not None:
+                cb, self.on_open = self.on_open, None
+                cb()
         return self._f
 
     def _stamp(self, rec: dict[str, Any]) -> dict[str, Any]:
@@ -188,8 +192,12 @@ class Recorder:
 
     def _begin(self, phase: str, role: str, empty_cache: bool) -> _Frame:
         with self._lock:
-            if self._stack:  # the parent's window so far, before the child resets the peaks
-                self._stack[-1].absorb(self.probe.snapshot())
+            if self._stack or self._rt_peak is not None:  # the open windows so far, before this one resets
+                s0 = self.probe.snapshot()  # the peaks (a window opened while serving: the runtime's too)
+                if self._stack:
+                    self._stack[-1].absorb(s0)
+                if self._rt_peak is not None:
+                    self._rt_peak.absorb(s0)
             if empty_cache:
                 self._empty_cache()
             self._reset_peaks()
@@ -227,6 +235,8 @@ class Recorder:
                 self._stack.remove(fr)
             if self._stack:  # the child's allocations also belong to the parent's window
                 self._stack[-1].absorb_frame(fr)
+            elif self._rt_peak is not None:  # ... and a window opened while serving to the runtime's
+                self._rt_peak.absorb_frame(fr)
         self.write(
             {
                 "type": "end",

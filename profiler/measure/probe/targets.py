@@ -13,7 +13,7 @@ import inspect
 from dataclasses import dataclass
 from typing import Literal
 
-Kind = Literal["phase", "ladder", "budget", "baseline", "a2a", "runtime", "ranks", "kv", "decode", "draft"]
+Kind = Literal["phase", "ladder", "budget", "baseline", "a2a", "runtime", "ranks", "kv", "decode", "draft", "resize"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +45,14 @@ A2A_CREATION: tuple[tuple[str, str], ...] = (
 )
 _KVC = "sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator"
 _SPEC = "sglang.srt.speculative"
+
+_DRAFT_CAPTURES = (
+    "multi_layer_eagle_worker_v2.MultiLayerEagleDraftWorker._capture_cuda_graphs",
+    "dflash_worker_v2.DFlashWorkerV2.init_cuda_graphs",
+    "frozen_kv_mtp_worker_v2.FrozenKVMTPDraftWorker._capture_cuda_graphs",
+    "dspark_components.dspark_worker_v2.DSparkWorkerV2.init_cuda_graphs",
+    "uno_worker_v2.UnoWorkerV2.init_cuda_graphs",
+)
 
 #: sglang 0.5.23 (checked by tests against the installed release).
 TARGETS: tuple[Target, ...] = (
@@ -79,8 +87,18 @@ TARGETS: tuple[Target, ...] = (
         f"{_SPEC}.eagle_draft_extend_cuda_graph_runner.EAGLEDraftExtendCudaGraphRunner.capture_one_shape",
         "ladder",
     ),
+    # The other draft workers' own graphs (spec_info.py names the algorithms): each worker captures them in one
+    # method, outside capture_decode_graph (a DFlash draft's ModelRunner capture inside it is nested, role draft).
+    # Optional: a release may lack an algorithm. Their memory was in `unattributed` before.
+    *(Target("draft_graph", f"{_SPEC}.{path}", "draft", required=False) for path in _DRAFT_CAPTURES),
+    # eagle_worker_v2.py:276-284: the draft's multi-step attention backends and their graph runners' buffers,
+    # built after the draft ModelRunner's own init_attention_backends
+    Target("attention_backends", f"{_SPEC}.eagle_worker_v2.EagleDraftWorker.init_attention_backend", "draft",
+           required=False),
     Target("finalize", f"{_SETUP}.finalize_cuda_graph_capture"),
-    Target("post_capture_resize", "sglang.srt.model_executor.model_runner.ModelRunner.post_capture_resize_kv_pool"),
+    # scheduler.py:1172-1180 after capture and sampling prewarm; kv_pool_runtime.py:151 backs the final span
+    Target("post_capture_resize", "sglang.srt.model_executor.model_runner.ModelRunner.post_capture_resize_kv_pool",
+           "resize"),
     Target("disaggregation_init", "sglang.srt.managers.scheduler.Scheduler.init_disaggregation"),
     *(Target("a2a_buffer", path, "a2a", required=False, backend=b) for b, path in A2A_CREATION),
     Target("runtime", "sglang.srt.managers.scheduler.Scheduler.run_batch", "runtime"),
