@@ -229,7 +229,7 @@ def main() -> None:
     if shutil.which("grep") is None:
         raise SystemExit("grep not found")
     sys.path.insert(0, str(ROOT))
-    from profiler.logs.lines import default_matcher
+    from profiler.logs.matchers import default_matcher
 
     print(f"matcher: {default_matcher().name} (MEMFRAC_MATCHER={os.environ.get('MEMFRAC_MATCHER', '')!r}); "
           f"{os.cpu_count()} cores; {load()}")  # fmt: skip

@@ -3,7 +3,7 @@
 Rows stream out file by file; a results directory (for `memfrac report`/`calibrate`) can be written too.
 Inputs: files or directories (their *.log/.txt/.out/.err, rotated `.1`, and compressed `.gz/.xz/.bz2/.zst`
 variants; compression is read from the magic bytes). Several files are parsed in parallel, one process per
-core (`jobs`), and a big plain file is cut into byte ranges scanned side by side (`profiler.logs.lines`
+core (`jobs`), and a big plain file is cut into byte ranges scanned side by side (`profiler.logs.ranges`
 `scan_range`/`RangeReplay`), behind one progress bar in bytes. A file with no server run gets one line on stderr
 saying what it held; when no input holds a server run the command exits 2.
 Modules: `pool` (reading files in parallel), `judge` (a run against its reservation: the verdict, once),

@@ -1,7 +1,7 @@
 """The reading side of `memfrac ingest`: log files read in parallel, one process per core.
 
 Several files are parsed side by side, and a big plain file is cut into byte ranges scanned side by side
-(`profiler.logs.lines` `scan_range`, replayed in order by `profiler.logs.read_ranges`), behind one progress
+(`profiler.logs.ranges` `scan_range`, replayed in order by `profiler.logs.read_ranges`), behind one progress
 count in bytes. The worker processes are forked directly (`_Forked`: a pipe of task numbers, a result pipe
 each; no multiprocessing start-up) and this process takes tasks too while it waits; `_Executor` is the same
 over concurrent.futures where fork is not the default.
@@ -24,7 +24,8 @@ from typing import Any
 from profiler.core.errors import MemfracError
 from profiler.logs import LogFile, read_log, read_ranges
 from profiler.logs.inputs import sniff
-from profiler.logs.lines import CHUNK_BYTES, RANGE_MIN_BYTES, RangeScan, scan_range, split_ranges
+from profiler.logs.lines import CHUNK_BYTES
+from profiler.logs.ranges import RANGE_MIN_BYTES, RangeScan, scan_range, split_ranges
 
 
 def default_jobs() -> int:
@@ -318,7 +319,7 @@ def _plan(
 def _read_parallel(
     files: list[Path], sizes: list[int], jobs: int, progress: Callable[[int], None] | None, range_bytes: int | None
 ) -> Iterator[LogFile]:
-    from profiler.logs.lines import default_matcher
+    from profiler.logs.matchers import default_matcher
 
     plans = _plan(files, sizes, jobs, range_bytes)
     default_matcher()  # built once here (a few ms), inherited by every worker

@@ -4,10 +4,11 @@
     parse_log(lines)                    # or an iterable of lines (str or bytes)
     read_log("x.log.gz")                # LogFile: the runs plus what the file held (for "no server run" lines)
     for m in iter_measurements(paths):  # many files (directories: their log files), lazily
-    read_ranges(path, scans)            # a plain file from `lines.scan_range` pieces (scanned on other cores)
+    read_ranges(path, scans)            # a plain file from `ranges.scan_range` pieces (scanned on other cores)
 
-Modules: `inputs` (opening: compression, encodings, file discovery), `lines` (chunked scanning, prefixes),
-`patterns` (line formats), `failures` and `oom` (how runs end), `serverargs` and `launchcmd` (the args),
+Modules: `inputs` (opening: compression, encodings, file discovery), `lines` (chunked scanning), `matchers`
+(which lines: keywords, traffic peaks), `ranges` (one file on several cores), `prefixes` (what stands in front
+of sglang's record), `patterns` (line formats), `failures` and `oom` (how runs end), `serverargs` and `launchcmd` (the args),
 `build` (runs, ranks, phases), `identity` (model, GPU, …).
 """
 
@@ -22,18 +23,10 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from profiler.core.errors import MemfracError
 from profiler.logs.inputs import LOG_SUFFIXES, content_kind, log_files, open_chunks, sniff
-from profiler.logs.lines import (
-    CHUNK_BYTES,
-    LEARN_BYTES,
-    LineScanner,
-    RangeReplay,
-    RangeScan,
-    ReMatcher,
-    Unsplittable,
-    chunks_of_lines,
-    scan_range,
-    split_ranges,
-)
+from profiler.logs.lines import CHUNK_BYTES, LineScanner, Unsplittable, chunks_of_lines
+from profiler.logs.matchers import ReMatcher
+from profiler.logs.prefixes import LEARN_BYTES
+from profiler.logs.ranges import RangeReplay, RangeScan, scan_range, split_ranges
 
 if TYPE_CHECKING:
     from profiler.core.measurement import Measurement

@@ -37,9 +37,10 @@ from profiler.logs.failures import (
 )
 from profiler.logs.identity import finalize_run, version_cue
 from profiler.logs.launchcmd import is_launch_command, parse_launch_command
-from profiler.logs.lines import LineScanner, Prefixed, PrefixLearner, shape, split_glued
+from profiler.logs.lines import LineScanner
 from profiler.logs.oom import is_complete, parse_oom
 from profiler.logs.patterns import GRAPH_PHASES, KNOWN, MEMORYISH, TRAFFIC_HEADS, Event, classify, traffic
+from profiler.logs.prefixes import Prefixed, PrefixLearner, shape, split_glued
 from profiler.logs.run import VersionCue, _RankState, _Run
 from profiler.logs.serverargs import ServerArgsRepr, parse_server_args
 

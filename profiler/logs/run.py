@@ -11,7 +11,7 @@ from typing import NamedTuple
 from profiler.core.measurement import Measurement, Phase, Rank
 from profiler.logs.failures import FailureState
 from profiler.logs.launchcmd import LaunchCommand
-from profiler.logs.lines import rank_numbers
+from profiler.logs.prefixes import rank_numbers
 from profiler.logs.serverargs import ServerArgsRepr
 
 

@@ -112,7 +112,7 @@ def test_oom_wrapped_mid_word_across_lines() -> None:
     ],
 )
 def test_failure_evidence(line: str, what: str) -> None:
-    from profiler.logs.lines import split_prefix
+    from profiler.logs.prefixes import split_prefix
 
     e = evidence(split_prefix(line).msg)
     assert e is not None and e.what == what

@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from profiler.logs import parse_log
-from profiler.logs.lines import MATCHERS, PrefixLearner, ReMatcher
+from profiler.logs.matchers import MATCHERS, ReMatcher
+from profiler.logs.prefixes import PrefixLearner
 from tests.logs.test_logs_prefixes import TEXT, records
 from tests.logstyles import COMPRESS, SERVING
 
@@ -146,7 +147,8 @@ def test_traffic_peaks_are_exact_and_the_same_with_either_matcher(items: list[ob
         else:
             lines.append(it)
     data = _mixed(lines)
-    from profiler.logs.lines import LineScanner, field_values
+    from profiler.logs.lines import LineScanner
+    from profiler.logs.matchers import field_values
 
     chunks = [data[i : i + chunk] for i in range(0, len(data), chunk)]
     got_re = list(LineScanner(ReMatcher()).scan(chunks))

@@ -4,15 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from profiler.logs.lines import (
-    MAX_LINE_BYTES,
-    LineScanner,
-    chunks_of_lines,
-    rank_numbers,
-    split_glued,
-    split_prefix,
-    unquote,
-)
+from profiler.logs.lines import MAX_LINE_BYTES, LineScanner, chunks_of_lines
+from profiler.logs.prefixes import rank_numbers, split_glued, split_prefix, unquote
 
 POOL = "[2025-03-08 12:29:21 TP0] Memory pool end. avail mem=2.09 GB"
 NOISE = '[2025-03-08 12:29:30] INFO:     127.0.0.1:49534 - "GET /get_model_info HTTP/1.1" 200 OK'

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from profiler.logs.lines import split_prefix
 from profiler.logs.patterns import KNOWN, MEMORYISH, Event, classify, graph_phase
+from profiler.logs.prefixes import split_prefix
 
 
 def ev(line: str) -> Event:

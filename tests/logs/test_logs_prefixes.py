@@ -11,7 +11,8 @@ import pytest
 
 from profiler.core.measurement import Measurement
 from profiler.logs import parse_log
-from profiler.logs.lines import MATCHERS, PrefixLearner, ReMatcher, shape
+from profiler.logs.matchers import MATCHERS, ReMatcher
+from profiler.logs.prefixes import PrefixLearner, shape
 from tests.conftest import LOG_FIXTURES
 from tests.logstyles import COMPRESS, PREFIXES, fenced, prefixed
 

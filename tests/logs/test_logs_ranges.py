@@ -16,17 +16,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from profiler.ingest.pool import _plan, read_logs
-from profiler.logs import _head_text, read_log, read_ranges
+from profiler.logs import _head_text, prefixes, ranges, read_log, read_ranges
 from profiler.logs import lines as L
 from profiler.logs.build import LogBuilder
-from profiler.logs.lines import (
-    MATCHERS,
-    LineScanner,
-    RangeReplay,
-    ReMatcher,
-    scan_range,
-    split_ranges,
-)
+from profiler.logs.lines import LineScanner
+from profiler.logs.matchers import MATCHERS, ReMatcher
+from profiler.logs.ranges import RangeReplay, scan_range, split_ranges
 from tests.logs.test_logs_prefixes import LOGS, TEXT, records
 from tests.logstyles import COMPRESS, SERVING, prefixed
 
@@ -54,7 +49,7 @@ def _delivered(path: Path, matcher: ReMatcher, spans: list[tuple[int, int]] | No
     got: list[tuple[int, str]] = []
     scanner: Any = LineScanner(matcher) if spans is None else RangeReplay(path, matcher)
     builder = LogBuilder(path.name, str(path), scanner)
-    builder.learn(_head_text(path.read_bytes()[: L.LEARN_BYTES]))
+    builder.learn(_head_text(path.read_bytes()[: prefixes.LEARN_BYTES]))
     if spans is None:
         lines = scanner.scan_file(path)
     else:
@@ -194,7 +189,7 @@ def test_which_files_are_split(tmp_path: Path) -> None:
     gz.write_bytes(COMPRESS["gzip"](small.read_bytes()))
     files = [big, small, gz]
     sizes = [f.stat().st_size for f in files]
-    assert sizes[0] >= L.RANGE_MIN_BYTES
+    assert sizes[0] >= ranges.RANGE_MIN_BYTES
     plans = _plan(files, sizes, 2, None)
     # The big plain file is more than one process's share: 2 ranges at line starts; the others are read whole.
     assert plans[1] is None and plans[2] is None
@@ -279,7 +274,7 @@ def test_ingest_json_loads_no_heavy_module(tmp_path: Path) -> None:
     big.write_bytes(TEXT["repo_sglang-docs_send-request_llama31-8b_1gpu.log"].encode())
     with big.open("ab") as f:
         line = TRAFFIC[0].format(r=3, t=21, u=0.5, k=0).encode() + b"\n"
-        f.write(line * (L.RANGE_MIN_BYTES // len(line) + 10))
+        f.write(line * (ranges.RANGE_MIN_BYTES // len(line) + 10))
     code = (
         "import sys, json; from profiler.ingest.core import run_ingest; out = []\n"
         f"assert run_ingest([{str(big)!r}], fmt='json', echo=out.append, jobs=2) == 0\n"

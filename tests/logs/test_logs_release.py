@@ -20,7 +20,7 @@ from profiler.logs.formats import (
     releases_between,
 )
 from profiler.logs.identity import find_version, version_cue
-from profiler.logs.lines import split_prefix
+from profiler.logs.prefixes import split_prefix
 
 
 def test_release_order() -> None:
