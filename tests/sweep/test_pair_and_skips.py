@@ -102,3 +102,13 @@ def test_a_run_for_another_gpu_is_recorded_not_dropped(tmp_path, monkeypatch):
     assert rc == 0
     runs = json.loads((tmp_path / "r" / "manifest.json").read_text())["runs"]
     assert runs["h200"]["status"] == "skipped" and "this node has H100-80GB (81559 MiB)" in runs["h200"]["reason"]
+
+
+def test_the_report_lists_a_skipped_run_with_its_reason(tmp_path):
+    from profiler.face.report import write_report
+
+    run_sweep(str(_only_dsv3_h100(tmp_path)), out=str(tmp_path / "r"), device="cpu", validate=False,
+              say=lambda _m: None, echo=lambda _m: None)  # fmt: skip
+    write_report(tmp_path / "r")
+    md = (tmp_path / "r" / "report.md").read_text()
+    assert "Runs that measured nothing (1;" in md and "| big " in md and "predicted not to load" in md

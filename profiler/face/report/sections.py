@@ -1,285 +1,57 @@
-"""`memfrac report`: a results directory as a page someone who has never seen memfrac can read.
-
-One document model (sections of paragraphs, tables, images, notes and collapsible per-run blocks) is rendered
-twice, so the two never disagree: to Markdown (pipe tables by pandas' `to_markdown`, i.e. tabulate) and to a
-self-contained HTML page from the jinja2 template `profiler/face/templates/report.html` (plots embedded as data:
-URIs, tables sortable by a few lines of inline JS, no network). The page opens with a summary (runs by verdict,
-KV left unused per node type, terms under-reserved), then the per-run ledgers (`ledger.parquet`: where the
-memory free at start went, line by line, and the residual), then the detail. Plots are PNGs written with
-matplotlib's Agg canvas on `Figure` objects (no pyplot state), at 100 dpi and a bounded size. A plot with
-nothing to draw is never written: its section says why instead.
+"""The report's sections: the data behind each (tables from results.parquet, ledger.parquet, the ladder and the
+manifest) and the section builders, in page order (`build`).
 """
 
 from __future__ import annotations
 
-import base64
-import html
 import json
-import re
-from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import jinja2
-import numpy as np
 import pandas as pd
-from markupsafe import Markup
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
-from matplotlib.patches import Patch
 
 from profiler.analyse.verdict import TIGHT_MIB
-from profiler.core.errors import MemfracError
-from profiler.model.deepep import HEURISTIC_RESERVE_BYTES, MIB, deepep_examples
+from profiler.face.report.document import (
+    _DASH,
+    Details,
+    Image,
+    Note,
+    Para,
+    Section,
+    Table,
+    count,
+    frac,
+    gpu_label,
+    ledger_order,
+    mib,
+    parallelism,
+    short,
+)
+from profiler.face.report.plots import (
+    DEEPEP_RESERVE_MIB,
+    MAX_BARS,
+    plot_deepep_analytic,
+    plot_deepep_measured,
+    plot_kv,
+    plot_ladder,
+    plot_ledger,
+    plot_startup,
+    plot_terms,
+)
+from profiler.model.deepep import deepep_examples
 from profiler.model.scenario import BUNDLED_MODELS
 from profiler.results.frames import as_float, as_text, derived_runs, ladder_slopes, short_model
 from profiler.results.store import Store, load_ladder, load_ledger, load_results
 
-DPI = 100
-WIDTH_IN = 10.0
-MAX_HEIGHT_IN = 40.0
-MAX_BARS = 80  # term bars per plot; more are listed in the table only
-DEEPEP_RESERVE_MIB = HEURISTIC_RESERVE_BYTES / MIB
 #: Worst first: crashes, then one allocation from a crash, then paid-for KV never used, then fine, then unknown.
 SEVERITY = (
     "oom_during_capture", "oom_startup", "oom_runtime", "failed", "tight", "wasteful", "ok", "incomplete", "unknown",
 )  # fmt: skip
-_COLOR = {"under": "#d62728", "measured": "#1f77b4", "reserved": "#9e9e9e", "analytic": "#ff7f0e"}
-_VERDICT_COLOR = {
-    "failed": "#8c564b", "tight": "#ff7f0e", "wasteful": "#9467bd", "ok": "#2ca02c", "incomplete": "#c7c7c7",
-    "unknown": "#9e9e9e",
-}  # fmt: skip
-_DASH = "—"
-
-
-# ---------------------------------------------------------------------------------------------------
-# The document
-# ---------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Para:
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
-class Note:
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
-class Table:
-    frame: pd.DataFrame  # cells already formatted as text
-    key: str = ""  # an id for the HTML table (the summary tables: what the browser test reads)
-
-
-@dataclass(frozen=True, slots=True)
-class Image:
-    file: str  # relative to the report
-    alt: str
-
-
-@dataclass(frozen=True, slots=True)
-class Details:
-    """A block of its own per run: a ### heading in Markdown, a collapsible <details> on the page."""
-
-    summary: str
-    blocks: tuple[Para | Note | Table | Image, ...]
-    open: bool = False
-
-
-Block = Para | Note | Table | Image | Details
-
-
-@dataclass(slots=True)
-class Section:
-    title: str
-    blocks: list[Block] = field(default_factory=list)
-
-
-def _md_cell(v: Any) -> str:
-    """A table cell: pipes escaped, and '<' too, so text from a run id can never become markup."""
-    return str(v).replace("&", "&amp;").replace("<", "&lt;").replace("|", "\\|").replace("\n", " ")
-
-
-def md_table(df: pd.DataFrame) -> str:
-    """A pipe table (pandas' to_markdown, i.e. tabulate; cells kept as written, never re-parsed as numbers)."""
-    cells = df.map(_md_cell) if len(df.columns) else df
-    cells.columns = [_md_cell(c) for c in df.columns]
-    return cells.to_markdown(index=False, tablefmt="pipe", disable_numparse=True)
-
-
-def _md_blocks(blocks: Sequence[Block]) -> list[str]:
-    out: list[str] = []
-    for b in blocks:
-        if isinstance(b, Para):
-            out += [b.text, ""]
-        elif isinstance(b, Note):
-            out += [f"> {b.text}", ""]
-        elif isinstance(b, Table):
-            out += [md_table(b.frame), ""]
-        elif isinstance(b, Details):
-            out += [f"### {_md_cell(b.summary)}", "", *_md_blocks(b.blocks)]
-        else:
-            out += [f"![{_md_cell(b.alt)}]({b.file})", ""]
-    return out
-
-
-def render_md(title: str, sections: Sequence[Section]) -> str:
-    out = [f"# {title}", ""]
-    for s in sections:
-        out += [f"## {s.title}", "", *_md_blocks(s.blocks)]
-    return "\n".join(out)
-
-
-def _html_text(text: str) -> Markup:
-    """Escape, then turn `code` spans back into <code> (the only markup the report's prose uses)."""
-    parts = html.escape(text).split("`")
-    return Markup("".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts)))
-
-
-_NUMBER = re.compile(r"^[−+-]?[\d,]*\.?\d+%?( \(.*\))?$")
-
-
-def _html_block(b: Block, root: Path) -> dict[str, Any]:
-    """A block as the template reads it: text marked up, tables as rows of cells, images as data: URIs."""
-    if isinstance(b, Para | Note):
-        return {"kind": "para" if isinstance(b, Para) else "note", "html": _html_text(b.text)}
-    if isinstance(b, Table):
-        rows = [[str(v) for v in r] for r in b.frame.itertuples(index=False)]
-        num = [bool(rows) and all(_NUMBER.match(r[i]) or r[i] in (_DASH, "") for r in rows)
-               for i in range(len(b.frame.columns))]  # fmt: skip
-        return {"kind": "table", "key": b.key, "head": [str(c) for c in b.frame.columns], "rows": rows, "num": num}
-    if isinstance(b, Details):
-        return {"kind": "details", "summary": b.summary, "open": b.open,
-                "blocks": [_html_block(x, root) for x in b.blocks]}  # fmt: skip
-    data = base64.b64encode((root / b.file).read_bytes()).decode("ascii")
-    return {"kind": "image", "src": f"data:image/png;base64,{data}", "alt": b.alt, "file": b.file}
-
-
-def _anchor(title: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")
-
-
-def render_html(title: str, sections: Sequence[Section], root: Path) -> str:
-    """The page: profiler/face/templates/report.html filled in; every plot under `root` embedded."""
-    env = jinja2.Environment(
-        loader=jinja2.PackageLoader("profiler.face", "templates"), autoescape=True, undefined=jinja2.StrictUndefined
-    )
-    doc = []
-    for s in sections:
-        blocks = [_html_block(b, root) for b in s.blocks]
-        cards: list[list[dict[str, Any]]] = []  # the summary: one card per caption and its table
-        for b in blocks:
-            if b["kind"] in ("para", "note") or not cards:
-                cards.append([])
-            cards[-1].append(b)
-        doc.append({"title": s.title, "id": _anchor(s.title), "blocks": blocks, "cards": cards})
-    return env.get_template("report.html").render(title=title, sections=doc)
-
-
-# ---------------------------------------------------------------------------------------------------
-# Formatting
-# ---------------------------------------------------------------------------------------------------
-
-
-def mib(v: Any) -> str:
-    f = as_float(v)
-    return _DASH if f is None else f"{f:,.0f}"
-
-
-def count(v: Any) -> str:
-    f = as_float(v)
-    return _DASH if f is None else f"{int(f):,}"
-
-
-def frac(v: Any) -> str:
-    f = as_float(v)
-    return _DASH if f is None else f"{f:.3f}"
-
-
-def gpu_label(row: pd.Series) -> str:
-    if as_text(row.get("memory_kind")) == "host":
-        return "CPU run (host RSS)"
-    name = as_text(row.get("gpu_name"))
-    total = as_float(row.get("gpu_total_mib"))
-    if name:
-        return name
-    return _DASH if total is None else f"{total / 1024:.0f} GiB (name unknown)"
-
-
-def parallelism(row: pd.Series) -> str:
-    parts = []
-    for col, label in (("tp", "TP"), ("pp", "PP"), ("dp", "DP"), ("attn_dp", "attn-DP"), ("ep", "EP")):
-        v = as_float(row.get(col))
-        if v is not None and (v > 1 or col == "tp"):
-            parts.append(f"{label}{int(v)}")
-    a2a = as_text(row.get("moe_a2a_backend"))
-    if a2a and a2a != "none":
-        parts.append(a2a)
-    return " ".join(parts) or _DASH
-
-
-def short(label: str, n: int = 44) -> str:
-    """Shorten from the middle: the file name's start and the '#run' end both identify a run."""
-    return label if len(label) <= n else label[: n // 2 - 1] + "…" + label[-(n // 2) :]
-
-
-def _figure(height_in: float) -> Figure:
-    fig = Figure(figsize=(WIDTH_IN, min(max(height_in, 3.0), MAX_HEIGHT_IN)), dpi=DPI, layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig
-
-
-def _legend(fig: Figure, handles: list[Any]) -> None:
-    """Below the axes, never over the bars."""
-    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 3), fontsize=8, frameon=False)
-
-
-def _finish(fig: Figure, ax: Any, path: Path, xlabel: str, title: str, handles: list[Any]) -> Path:
-    """Label, legend, grid, save: the same tail for every horizontal-bar plot."""
-    ax.set_xlabel(xlabel)
-    ax.set_title(title)
-    _legend(fig, handles)
-    ax.grid(axis="x", alpha=0.3)
-    return _save(fig, path)
-
-
-def _split(flags: np.ndarray, within: str, above: str, within_color: str) -> list[Any]:
-    """Legend entries for bars coloured by whether they exceed a limit (only the kinds present)."""
-    out: list[Any] = [Patch(color=within_color, label=within)] if not flags.all() else []
-    return out + ([Patch(color=_COLOR["under"], label=above)] if flags.any() else [])
-
-
-def _reserve_line(ax: Any, label: str) -> Any:
-    ax.axvline(DEEPEP_RESERVE_MIB, color="k", ls="--", lw=1)
-    return Line2D([], [], color="k", ls="--", lw=1, label=label)
-
-
-def _save(fig: Figure, path: Path) -> Path:
-    fig.savefig(path, dpi=DPI, format="png")
-    return path
 
 
 # ---------------------------------------------------------------------------------------------------
 # Data behind each section
 # ---------------------------------------------------------------------------------------------------
-
-
-#: Ledger lines in book order (terms in TERM_NAMES order between the pool and the unattributed rest).
-_LEDGER_FIRST, _LEDGER_LAST = ("weights", "kv_pool"), ("unattributed", "headroom")
-
-
-def ledger_order(line: str) -> int:
-    from profiler.model.heuristic.record import TERM_NAMES
-
-    if line in _LEDGER_FIRST:
-        return _LEDGER_FIRST.index(line)
-    if line in _LEDGER_LAST:
-        return 100 + _LEDGER_LAST.index(line)
-    return 2 + (TERM_NAMES.index(line) if line in TERM_NAMES else len(TERM_NAMES))
 
 
 def verdict_counts(t: pd.DataFrame) -> pd.DataFrame:
@@ -457,163 +229,6 @@ def startup_table(s: pd.DataFrame) -> pd.DataFrame:
 
 
 # ---------------------------------------------------------------------------------------------------
-# Plots
-# ---------------------------------------------------------------------------------------------------
-
-
-_LEDGER_COLOR = {"weights": "#4c72b0", "kv_pool": "#55a868", "unattributed": "#c44e52", "headroom": "#dddddd"}
-_TERM_PALETTE = ("#dd8452", "#8172b3", "#937860", "#da8bc3", "#8c8c8c", "#ccb974", "#64b5cd", "#e17c05", "#6f4e7c")
-
-
-def plot_ledger(runs: list[tuple[str, str, pd.DataFrame, float | None, float | None, bool]], path: Path) -> Path:
-    """One horizontal stacked bar per run: its ledger lines left to right, the residual hatched, free at start |."""
-    runs = runs[:MAX_BARS][::-1]
-    n = len(runs)
-    fig = _figure(1.8 + 0.55 * n)
-    ax = fig.add_subplot()
-    colors: dict[str, str] = {}
-    for y, (_, _, g, free, resid, _) in enumerate(runs):
-        left = 0.0
-        for _, r in g.iterrows():
-            line, w = str(r["line"]), float(r["mib"])
-            c = colors.setdefault(line, _LEDGER_COLOR.get(line) or _TERM_PALETTE[len(colors) % len(_TERM_PALETTE)])
-            ax.barh(y, w, left=left, height=0.6, color=c, edgecolor="white", linewidth=0.5)
-            left += w
-        if resid:
-            ax.barh(y, resid, left=left, height=0.6, color="none", edgecolor="k", hatch="///", linewidth=0.8)
-        if free:
-            ax.plot([free, free], [y - 0.4, y + 0.4], color="k", lw=1.5)
-    ax.set_yticks(range(n), [f"{short(r, 40)} (rank {k})" for r, k, *_ in runs], fontsize=8)
-    handles: list[Any] = [
-        Patch(color=c, label=line) for line, c in sorted(colors.items(), key=lambda x: ledger_order(x[0]))
-    ]
-    handles.append(Patch(facecolor="none", edgecolor="k", hatch="///", label="residual (unexplained)"))
-    handles.append(Line2D([], [], color="k", lw=1.5, label="free at start"))
-    return _finish(fig, ax, path, "MiB", "Where the memory free at start went, per run", handles)
-
-
-def plot_terms(obs: pd.DataFrame, path: Path) -> Path:
-    """Reserved vs measured per run × term, horizontal bars; measured in red where it exceeds the reserve."""
-    obs = obs.head(MAX_BARS).iloc[::-1]
-    n = len(obs)
-    fig = _figure(1.4 + 0.42 * n)
-    ax = fig.add_subplot()
-    y = np.arange(n)
-    reserved = obs["reserved_mib"].astype(float).to_numpy()
-    measured = obs["measured_mib"].astype(float).to_numpy()
-    under = (obs["term_verdict"] == "under").to_numpy()
-    ax.barh(y + 0.2, reserved, height=0.38, color=_COLOR["reserved"])
-    ax.barh(y - 0.2, measured, height=0.38, color=[_COLOR["under"] if u else _COLOR["measured"] for u in under])
-    for yi, m in zip(y, measured, strict=True):
-        ax.text(m, yi - 0.2, f" {m:,.0f}", va="center", fontsize=7)
-    est = obs["derived_from"].notna().to_numpy() if "derived_from" in obs else np.zeros(n, dtype=bool)
-    labels = [f"{short(str(r), 40)} · {t}" + (" (estimated)" if e else "")
-              for r, t, e in zip(obs["run_id"], obs["term"], est, strict=True)]  # fmt: skip
-    ax.set_yticks(y, labels, fontsize=8)
-    handles = [Patch(color=_COLOR["reserved"], label="reserved by the heuristic")]
-    handles += _split(under, "measured, within the reserve", "measured, under-reserved", _COLOR["measured"])
-    return _finish(fig, ax, path, "MiB", "Reserved vs measured, per run and term", handles)
-
-
-def plot_ladder(ladder: pd.DataFrame, path: Path) -> Path:
-    """Cumulative decode-graph capture memory per batch size, one curve per run, and the 2 MiB × bs line."""
-    fig = _figure(6.0)
-    ax = fig.add_subplot()
-    for run_id, g in ladder.dropna(subset=["bs", "used_mib"]).groupby("run_id", sort=True):
-        g = g.sort_values("bs")
-        ax.plot(g["bs"].astype(float), g["used_mib"].astype(float), marker="o", ms=3, label=short(str(run_id), 40))
-    top = float(ladder["bs"].astype(float).max())
-    ax.plot([0, top], [0, 2.0 * top], "k--", label="heuristic: 2 MiB × bs")
-    ax.set_xlabel("decode batch size captured")
-    ax.set_ylabel("MiB used by the capture so far")
-    ax.set_title("Decode CUDA-graph memory vs batch size")
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
-    return _save(fig, path)
-
-
-def plot_deepep_measured(d: pd.DataFrame, path: Path) -> Path:
-    """Per run with a DeepEP measurement: reserved, analytic and measured MiB."""
-    n = len(d)
-    fig = _figure(1.6 + 0.6 * n)
-    ax = fig.add_subplot()
-    y = np.arange(n)
-    labels = [f"{short(str(r['run_id']), 34)} · T={count(r.get('deepep_tokens'))}" for _, r in d.iterrows()]
-    analytic = d["deepep_analytic_mib"].astype(float).fillna(0).to_numpy()
-    measured = d["measured_mib"].astype(float).to_numpy()
-    over = measured > d["reserved_mib"].astype(float).to_numpy()
-    ax.barh(y + 0.27, d["reserved_mib"].astype(float), height=0.26, color=_COLOR["reserved"])
-    ax.barh(y, analytic, height=0.26, color=_COLOR["analytic"])  # the store's deepep_analytic_mib
-    ax.barh(y - 0.27, measured, height=0.26, color=[_COLOR["under"] if o else _COLOR["measured"] for o in over])
-    line = _reserve_line(ax, "sglang's 2 GiB")
-    ax.set_yticks(y, labels, fontsize=8)
-    handles = [Patch(color=_COLOR["reserved"], label="reserved"),
-               Patch(color=_COLOR["analytic"], label="analytic buffers (profiler.model.deepep)")]  # fmt: skip
-    handles += [*_split(over, "measured", "measured, above the reserve", _COLOR["measured"]), line]
-    return _finish(fig, ax, path, "MiB per GPU", "DeepEP buffers: measured vs analytic vs the 2 GiB reserve", handles)
-
-
-def plot_deepep_analytic(ex: pd.DataFrame, path: Path) -> Path:
-    """Analytic DeepEP sizes of the bundled MoE models at each T against 2 GiB (no measurement behind them)."""
-    ex = ex.iloc[::-1]
-    n = len(ex)
-    fig = _figure(1.6 + 0.4 * n)
-    ax = fig.add_subplot()
-    y = np.arange(n)
-    analytic = ex["analytic MiB"].to_numpy(dtype=float)
-    over = analytic > DEEPEP_RESERVE_MIB
-    ax.barh(y, analytic, height=0.6, color=[_COLOR["under"] if o else _COLOR["analytic"] for o in over])
-    line = _reserve_line(ax, "sglang's 2 GiB reserve")
-    ax.set_yticks(y, [f"{m} · T={t}" for m, t in zip(ex["model"], ex["T"], strict=True)], fontsize=8)
-    handles = [*_split(over, "analytic size, within 2 GiB", "analytic size, above 2 GiB", _COLOR["analytic"]), line]
-    title = "DeepEP buffers — analytic only (no DeepEP buffer measured in these results)"
-    return _finish(fig, ax, path, "MiB per GPU (8 ranks, mode auto)", title, handles)
-
-
-def plot_kv(t: pd.DataFrame, path: Path) -> Path:
-    """Headroom at the worst point per run (the OOM margin); runs that ran out of memory marked at zero."""
-    t = t.iloc[::-1]
-    n = len(t)
-    fig = _figure(1.4 + 0.36 * n)
-    ax = fig.add_subplot()
-    y = np.arange(n)
-    head = t["headroom_mib"].astype(float).fillna(0).to_numpy()
-    verdicts = t["verdict"].fillna("unknown").tolist()
-    colors = [_COLOR["under"] if v.startswith("oom") else _VERDICT_COLOR.get(v, "#9e9e9e") for v in verdicts]
-    ax.barh(y, head, height=0.6, color=colors)
-    for yi, h, v, w in zip(y, head, verdicts, t["wasted_kv_tokens"], strict=True):
-        if v.startswith("oom"):
-            ax.text(0, yi, " OOM", va="center", color=_COLOR["under"], fontsize=8, fontweight="bold")
-        elif as_float(w):
-            ax.text(h, yi, f" {int(w):,} KV tokens unused", va="center", fontsize=7)
-    ax.axvline(TIGHT_MIB, color="k", ls=":", lw=1)
-    handles: list[Any] = [Patch(color=c, label=v) for v, c in _VERDICT_COLOR.items() if v in verdicts]
-    handles += (
-        [Patch(color=_COLOR["under"], label="out of memory")] if any(v.startswith("oom") for v in verdicts) else []
-    )
-    handles.append(Line2D([], [], color="k", ls=":", lw=1, label=f"tight below {TIGHT_MIB:.0f} MiB"))
-    ax.set_yticks(y, [f"{short(str(r), 40)} ({v})" for r, v in zip(t["run_id"], verdicts, strict=True)], fontsize=8)
-    xlabel = "MiB free at the worst point after the KV pool"
-    return _finish(fig, ax, path, xlabel, "OOM margin and KV cache left unused, per run", handles)
-
-
-def plot_startup(s: pd.DataFrame, path: Path) -> Path:
-    """Slack the heuristic left vs what was still free at the end of startup, per ingested log."""
-    s = s.iloc[::-1]
-    n = len(s)
-    fig = _figure(1.6 + 0.5 * n)
-    ax = fig.add_subplot()
-    y = np.arange(n)
-    ax.barh(y + 0.2, s["slack_total_mib"].astype(float).fillna(0), height=0.38, color=_COLOR["reserved"],
-            label="slack: free_at_start × (1 − mfs)")  # fmt: skip
-    ax.barh(y - 0.2, s["headroom_startup_mib"].astype(float).fillna(0), height=0.38, color=_COLOR["measured"],
-            label="free at the end of startup")  # fmt: skip
-    ax.set_yticks(y, [short(str(r), 44) for r in s["run_id"]], fontsize=8)
-    title = "Ingested logs: headroom at the end of startup vs the heuristic's slack"
-    return _finish(fig, ax, path, "MiB", title, ax.get_legend_handles_labels()[0])
-
-
-# ---------------------------------------------------------------------------------------------------
 # Sections
 # ---------------------------------------------------------------------------------------------------
 
@@ -642,13 +257,14 @@ _TERM_WORDS = (
 
 
 def unmeasured_runs(manifest: dict[str, Any]) -> pd.DataFrame:
-    """Runs the sweep recorded in manifest.json that left no measurement (not started, or the executor failed):
+    """Runs the sweep recorded in manifest.json that left no measurement (not started, skipped — predicted not to
+    load, or for another GPU — or the executor failed):
     they have no row in results.parquet, and a report that left them out would read as a complete sweep."""
     rows = [
         {"run": str(key), "status": str(run.get("status")),
          "why": (as_text(run.get("reason") or run.get("error")) or "no reason recorded")[:300]}
         for key, run in sorted(manifest.get("runs", {}).items())
-        if run.get("status") in ("not_started", "error") and not run.get("ids")
+        if run.get("status") in ("not_started", "error", "skipped") and not run.get("ids")
     ]  # fmt: skip
     return pd.DataFrame(rows, columns=["run", "status", "why"])
 
@@ -660,7 +276,8 @@ def summary_section(df: pd.DataFrame, t: pd.DataFrame, missing: pd.DataFrame | N
     if missing is not None and len(missing):
         s.blocks += [
             Para(f"Runs that measured nothing ({len(missing)}; recorded in manifest.json, absent from every table "
-                 "below; `memfrac sweep --resume` starts them again):"),
+                 "below; `memfrac sweep --resume` starts those not started or failed again, `--start-unloadable` "
+                 "those skipped as predicted not to load):"),
             Table(missing, "summary-unmeasured"),
         ]  # fmt: skip
     if not len(t):
@@ -668,9 +285,11 @@ def summary_section(df: pd.DataFrame, t: pd.DataFrame, missing: pd.DataFrame | N
         return s
     s.blocks += [Para(f"Runs by verdict ({len(t)} runs; worst first):"), Table(verdict_counts(t), "summary-verdicts")]
     s.blocks += [
-        Para("KV cache left unused, per node type: what the worst point left beyond the safety margin and what "
-             "runtime still needs (the measured serving peak is inside the worst point; a startup log still owes "
-             "the activation reserve), over the runs judged (ok, tight, wasteful), as MiB and as KV tokens:"),
+        Para(
+            "KV cache left unused, per node type: what the worst point left beyond the safety margin and what "
+            "runtime still needs (the measured serving peak is inside the worst point; a startup log still owes "
+            "the activation reserve), over the runs judged (ok, tight, wasteful), as MiB and as KV tokens:"
+        ),
         Table(kv_unused_by_mode(t), "summary-kv"),
     ]
     under = under_by_term(df)
@@ -963,6 +582,87 @@ def startup_section(t: pd.DataFrame, out: Path) -> Section:
     return s
 
 
+def pair_runs(manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The PD pairs of a sweep (manifest runs recorded with `pair`: profiler.sweep.sweep.record_pair)."""
+    return {str(k): v for k, v in sorted(manifest.get("runs", {}).items()) if v.get("pair")}
+
+
+def _transfer_window(out_dir: Path, role: str) -> tuple[float | None, str]:
+    """The transfer engine's own window on one node: the probe's `disaggregation_init` phase (Scheduler.
+    init_disaggregation: the KV manager, its registered buffers and the bootstrap server / receiver threads),
+    from that worker's measurement.json."""
+    from profiler.core.measurement import Measurement
+
+    path = out_dir / role / "measurement.json"
+    try:
+        m = Measurement.load(path)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None, f"{path}: not readable"
+    ph = m.primary.phase("disaggregation_init") if m.ranks else None
+    if ph is None:
+        return None, "no disaggregation_init window in the probe"
+    unit = "host RSS" if m.memory_kind == "host" else "GPU"
+    return ph.used_mib, f"probe window disaggregation_init ({unit})"
+
+
+def _mib1(v: Any) -> str:
+    f = as_float(v)
+    return _DASH if f is None else f"{f:,.1f}"
+
+
+def pair_table(df: pd.DataFrame, key: str, run: dict[str, Any]) -> pd.DataFrame:
+    """One pair, its two roles side by side: each term reserved and measured, the fraction, the transfer engine's
+    window on each node, and the per-request proof of transfer."""
+    g = df[df["group"].astype("string") == key] if "group" in df else df.iloc[0:0]
+    roles = {str(m): r for m, r in g.groupby(g["mode"].fillna("?"))}
+    cols = [c for c in ("prefill", "decode") if c in roles]
+    rows: list[dict[str, str]] = []
+
+    def add(what: str, per: dict[str, str], source: str) -> None:
+        rows.append({"": what, **{c: per.get(c, _DASH) for c in cols}, "from": source})
+
+    first = {c: roles[c].iloc[0] for c in cols}
+    add("mem_fraction_static", {c: frac(first[c].get("mfs")) for c in cols}, "the heuristic (sglang rules), or given")
+    terms = [t for t in dict.fromkeys(g["term"].astype(str)) if t != "total"]
+    for t in terms:
+        per = {}
+        for c in cols:
+            r = roles[c][roles[c]["term"].astype(str) == t]
+            if len(r):
+                per[c] = f"{mib(r.iloc[0]['reserved_mib'])} / {mib(r.iloc[0]['measured_mib'])}"
+        add(f"{t}: reserved / measured MiB", per, "results.parquet (compare)")
+    out_dir = Path(str(run.get("out_dir") or ""))
+    win = {c: _transfer_window(out_dir, c) for c in cols}
+    add("transfer engine (disaggregation_init) MiB", {c: _mib1(win[c][0]) for c in cols},
+        "; ".join(sorted({w[1] for w in win.values()})) + " — charged to the constant term")  # fmt: skip
+    add("verdict", {c: str(first[c].get("verdict")) for c in cols}, "compare")
+    t = run.get("transfer") or {}
+    rows.append({"": "KV transfer proven", **{c: f"{t.get('proven')}/{t.get('of')} requests" for c in cols},
+                 "from": f"transfer.json: {t.get('how') or 'per-request KV hashes'}; kinds "
+                         f"{', '.join(t.get('kinds_proven') or []) or _DASH}; negative control all zeros: "
+                         f"{t.get('negative_control_zero')}"})  # fmt: skip
+    return pd.DataFrame(rows, columns=["", *cols, "from"])
+
+
+def pair_section(df: pd.DataFrame, manifest: dict[str, Any]) -> Section | None:
+    """Each PD pair with its roles side by side (None: no pair in these results)."""
+    pairs = pair_runs(manifest)
+    if not pairs:
+        return None
+    s = Section("PD pairs: prefill and decode side by side")
+    s.blocks.append(Para(
+        "Each pair ran a prefill and a decode worker with a real transfer backend behind sglang's router; every "
+        "request's KV cache crossed from one to the other. Per role: what the heuristic reserved for each term "
+        "beside what that node used, and the transfer engine's own window (its buffers, bootstrap server and "
+        "threads), which the heuristic leaves to the constant term on both roles."
+    ))  # fmt: skip
+    for key, run in pairs.items():
+        s.blocks += [Para(f"Pair {key} ({run.get('status')}" + (f": {run.get('failure')}" if run.get("failure")
+                                                               else "") + "):"),
+                     Table(pair_table(df, key, run), f"pair-{key}")]  # fmt: skip
+    return s
+
+
 def build(results_dir: Path, out: Path, models_dir: Path | None = None) -> list[Section]:
     """Read the results, write the plots into `out`, return the document."""
     df = load_results(results_dir)
@@ -970,10 +670,13 @@ def build(results_dir: Path, out: Path, models_dir: Path | None = None) -> list[
     env_path = results_dir / "environment.json"
     env = json.loads(env_path.read_text()) if env_path.exists() else None
     t = totals(df)
+    manifest = Store(results_dir).manifest()
+    pairs = pair_section(df, manifest)
     return [
-        summary_section(df, t, unmeasured_runs(Store(results_dir).manifest())),
+        summary_section(df, t, unmeasured_runs(manifest)),
         intro(df, t, env),
         runs_section(t),
+        *([pairs] if pairs is not None else []),
         ledger_section(load_ledger(results_dir), out),
         terms_section(df, out),
         ladder_section(df, ladder, out),
@@ -981,33 +684,3 @@ def build(results_dir: Path, out: Path, models_dir: Path | None = None) -> list[
         kv_section(t, out),
         startup_section(t, out),
     ]
-
-
-def write_report(results_dir: str | Path, html_out: bool = False, out: str | Path | None = None,
-                 models_dir: Path | None = None) -> list[Path]:  # fmt: skip
-    """Write report.md (and report.html) with their PNGs; return every path written."""
-    root = Path(results_dir)
-    if not root.is_dir():
-        raise MemfracError(f"{root}: no such results directory")
-    dest = Path(out) if out is not None else root
-    if dest.exists() and not dest.is_dir():
-        raise MemfracError(f"{dest} exists and is not a directory")
-    dest.mkdir(parents=True, exist_ok=True)
-    for old in dest.glob("report_*.png"):
-        old.unlink()  # a plot from an earlier report must not outlive its section
-    sections = build(root, dest, models_dir)
-    title = f"memfrac report: {root.resolve().name}"
-    written = [dest / "report.md"]
-    written[0].write_text(render_md(title, sections))
-    if html_out:
-        written.append(dest / "report.html")
-        written[1].write_text(render_html(title, sections, dest))
-    written += sorted(dest / b.file for s in sections for b in s.blocks if isinstance(b, Image))
-    return written
-
-
-def run_report(results_dir: str, html: bool = False, out: str | None = None) -> int:
-    """The command: write the report and print the paths."""
-    for p in write_report(results_dir, html, out):
-        print(p)
-    return 0
