@@ -406,6 +406,18 @@ def _add_audit(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_cmd_audit)
 
 
+def _add_judge(sub: argparse._SubParsersAction) -> None:
+    from profiler.face.judge import cmd_judge
+
+    p = sub.add_parser("judge", help="re-judge a recorded run's probe files against a scenario (no GPU needed)")
+    p.add_argument("probe_dir", help="a run's probe/ directory (raw/<run>/probe), its run directory, or any "
+                   "directory of probe-*.jsonl")  # fmt: skip
+    p.add_argument("--scenario", required=True, help="the scenario file the run was started from")
+    p.add_argument("--name", help="the scenario's name, when the file holds several")
+    p.add_argument("--json", action="store_true", help="one JSON object")
+    p.set_defaults(func=cmd_judge)
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="memfrac",
@@ -421,6 +433,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_gate(sub)
     _add_report(sub)
     _add_audit(sub)
+    _add_judge(sub)
     return ap
 
 

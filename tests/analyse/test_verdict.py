@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from profiler.analyse.verdict import TIGHT_MIB, VERDICTS, run_verdict, runtime_need
 from profiler.core.measurement import Failure, Measurement, Phase, Rank, Snapshot
 
@@ -123,3 +125,21 @@ def test_spare_only_for_judged_runs() -> None:
         got = spare(v, 44503.0, 1833.0, 290365.0, (6144.0, "0.5.9 rules"), False, 1024.0, 70271.0)
         assert got == Spare(None, None, None), v
     assert spare("ok", 10000.0, 2000.0, 100000.0, None, False, 1024.0, 131072.0) == Spare(None, None, None)
+
+
+@pytest.mark.parametrize(
+    ("worst", "need", "verdict"),
+    [
+        # wasteful needs worst > 2 × need AND worst − need > 2,048 (WASTE_MIN_SPARE_MIB): both sides of each
+        (3048.0, 1000.0, "ok"),  # spare 2,048 is not more than 2 GiB
+        (3048.5, 1000.0, "wasteful"),  # 2,048.5 > 2,048 (a 3 GiB minimum would call this ok)
+        (5000.0, 2500.0, "ok"),  # exactly 2 × need
+        (5000.5, 2500.0, "wasteful"),
+        (1023.9, 100.0, "tight"),  # TIGHT_MIB 1,024
+        (1024.0, 100.0, "ok"),
+    ],
+)
+def test_verdict_boundaries_both_sides(worst, need, verdict):
+    from profiler.analyse.verdict import headroom_verdict
+
+    assert headroom_verdict(worst, None, (need, "measured"))[0] == verdict

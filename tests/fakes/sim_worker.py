@@ -182,15 +182,30 @@ class Sim:
         self.rec.close()
 
     # --- the startup steps ------------------------------------------------------------------------------
-    def init_parallel(self, context_mib: float = 520.0, nccl_mib: float = 280.0) -> None:
-        """distributed/bootstrap.py `init_parallel_runtime`: no CUDA context before it; NCCL after."""
+    def init_parallel(self, context_mib: float = 520.0, nccl_mib: float = 280.0, parallel: Any = None) -> None:
+        """distributed/bootstrap.py `init_parallel_runtime`: no CUDA context before it; NCCL after. `parallel`:
+        sglang's ParallelContext as `get_parallel()` returns it (runtime_context.py), read by the probe's REAL
+        ranks hook (plugin._ranks_after)."""
 
         def body() -> None:
             self.dev.cuda_up = True
             self.dev.raw_alloc(context_mib + nccl_mib)
-            self.rec.ranks = {"tp": self.tp_rank}
+            if parallel is None:
+                self.rec.ranks = {"tp": self.tp_rank}
 
-        self.call("phase", "init_parallel", body)
+        if parallel is None:
+            self.call("phase", "init_parallel", body)
+            return
+        fake = SimpleNamespace(get_parallel=lambda: parallel)
+        saved = sys.modules.get("sglang.srt.runtime_context")
+        sys.modules["sglang.srt.runtime_context"] = fake  # type: ignore[assignment]
+        try:
+            self.call("ranks", "init_parallel", body)
+        finally:
+            if saved is None:
+                sys.modules.pop("sglang.srt.runtime_context", None)
+            else:
+                sys.modules["sglang.srt.runtime_context"] = saved
 
     def baseline(self, draft: bool = False) -> None:
         """bootstrap.py `measure_pre_model_load_memory(*, device, is_draft_worker)`: returns free GiB."""
@@ -200,18 +215,41 @@ class Sim:
         """model_runner.py `ModelRunner.load_model`."""
         self.call("phase", "weights", lambda _mr: self.dev.alloc(mib), mr)
 
-    def kv_pool(self, kv_mib: float, req_to_token_mib: float, bytes_per_token: float, mr: Any) -> None:
+    def kv_pool(self, kv_mib: float, req_to_token_mib: float, bytes_per_token: float, mr: Any,
+                tokens: int | None = None, post_capture: bool = False) -> None:  # fmt: skip
         """kv_cache_configurator.py `KVCacheConfigurator.configure` → KVCacheConfigResult (the pool's
-        `mem_usage` is GiB, as its "KV Cache is allocated" line prints)."""
+        `mem_usage` is GiB, as its "KV Cache is allocated" line prints). `tokens`: a draft pool takes the
+        target's token count (scheduler.py:1104-1108: `memory_pool_config=` of the target). `post_capture`:
+        SGLANG_ENABLE_POST_CAPTURE_KV_SIZING — `kv_mib` is only the VA upper bound (memory_pool.py:2217-2220,
+        "VA upper bound", 2088); nothing of it is backed yet (post_capture_backed_bytes 0, memory_pool.py:2725)."""
         cfg = SimpleNamespace(is_draft_worker=mr.is_draft_worker)
 
         def body(_self: Any) -> Any:
-            self.dev.alloc(kv_mib + req_to_token_mib)
-            tokens = int(kv_mib * 2**20 // bytes_per_token)
-            pool = SimpleNamespace(mem_usage=kv_mib / 1024, dtype="torch.bfloat16")
-            return SimpleNamespace(max_total_num_tokens=tokens, token_to_kv_pool=pool, max_running_requests=2048)
+            self.dev.alloc((0.0 if post_capture else kv_mib) + req_to_token_mib)
+            n = tokens if tokens is not None else int(kv_mib * 2**20 // bytes_per_token)
+            pool = SimpleNamespace(mem_usage=kv_mib / 1024, dtype="torch.bfloat16", post_capture_active=post_capture,
+                                   post_capture_backed_bytes=0)  # fmt: skip
+            return SimpleNamespace(max_total_num_tokens=n, token_to_kv_pool=pool, max_running_requests=2048)
 
         self.call("kv", "kv_pool", body, cfg)
+
+    def post_capture_resize(self, kv_mib: float, tokens: int) -> None:
+        """scheduler.py:1172-1180 → model_runner.py:1061 `post_capture_resize_kv_pool(*, draft_runners)` →
+        kv_pool_runtime.py:59-153: the final span is backed (kv_vmm_backing.py: VMM, outside torch's allocator)
+        and `max_total_num_tokens` set to the resized pool."""
+        pool = SimpleNamespace(post_capture_backed_bytes=0)
+        mr = SimpleNamespace(max_total_num_tokens=None, token_to_kv_pool=pool, is_draft_worker=False)
+
+        def body(runner: Any, *, draft_runners: tuple = ()) -> None:
+            self.dev.raw_alloc(kv_mib)
+            pool.post_capture_backed_bytes = int(kv_mib * 2**20)
+            runner.max_total_num_tokens = tokens
+
+        self.call("resize", "post_capture_resize", body, mr, draft_runners=())
+
+    def unhooked(self, mib: float) -> None:
+        """An allocation sglang makes between hooked windows, which no hook sees: it lands in `unattributed`."""
+        self.dev.alloc(mib)
 
     def attention_backends(self, mib: float, mr: Any) -> None:
         self.call("phase", "attention_backends", lambda _mr: self.dev.alloc(mib), mr)
@@ -248,7 +286,9 @@ class Sim:
 
         self.call("phase", "prefill_graph", body, model_runner=mr, eager_runner=object())
 
-    def decode_graph(self, rungs: list[tuple[int, float]], mr: Any, inside_first: Any = None) -> None:
+    def decode_graph(
+        self, rungs: list[tuple[int, float]], mr: Any, inside_first: Any = None, warmup_cached_mib: float = 0.0
+    ) -> None:
         """cuda_graph_setup.py `capture_decode_graph`: empty_cache, then DecodeCudaGraphRunner captures
         `reversed(self.capture_bs)` (decode_cuda_graph_runner.py `_capture_one_stream`), one
         `capture_one_shape(bs, forward, …)` each; the first capture's warm-up runs the first MoE dispatch
@@ -263,6 +303,8 @@ class Sim:
                 def one(_runner: Any, size: int, _forward: Any, _grow: float = grow, _first: bool = i == 0) -> None:
                     if _first and inside_first is not None:
                         inside_first()
+                    if _first and warmup_cached_mib:  # the largest bs's warm-up forwards, cached until the end
+                        self.dev.transient(warmup_cached_mib)
                     self.dev.graph_pool(_grow)
 
                 ladder(one, runner, bs, None)
@@ -389,7 +431,7 @@ def eagle(out: Path) -> None:
     s.baseline(draft=True)
     s.weights(900.0, draft)
     s.kv_pool(110000.0, 400.0, LLAMA_BPT, target)
-    s.kv_pool(3000.0, 0.0, 4096.0, draft)
+    s.kv_pool(3000.0, 0.0, 4096.0, draft, tokens=880000)  # the target's 110,000 MiB × 8 tokens/MiB
     s.attention_backends(60.0, target)
     s.attention_backends(20.0, draft)
     s.eager_runner(240.0, 700.0, target)
@@ -531,7 +573,77 @@ def selfcheck_life(out: Path, flaw: str = "", guard: bool = True) -> life.LifeTr
     return truth
 
 
+def post_capture(out: Path) -> None:
+    """A PD decode worker with SGLANG_ENABLE_POST_CAPTURE_KV_SIZING: configure reserves a 125,000 MiB VA upper
+    bound (1,000,000 tokens) and backs nothing but req_to_token (400); graphs as `decode`; sampling prewarm
+    (scheduler.py:1166-1170, 16 MiB, unhooked); the resize backs 120,000 MiB = 960,000 tokens; disaggregation
+    init 30; overlap init's future map (scheduler.py:692 init_overlap → 1664, 8 MiB, unhooked); serving 2,300."""
+    s = Sim(out, 8001)
+    mr = model_runner()
+    s.init_parallel()
+    s.baseline()
+    s.weights(15400.0, mr)
+    s.kv_pool(125000.0, 400.0, LLAMA_BPT, mr, post_capture=True)
+    s.attention_backends(60.0, mr)
+    s.eager_runner(240.0, 700.0, mr)
+    s.decode_graph(DECODE_RUNGS, mr)
+    s.finalize(20.0, mr)
+    s.unhooked(16.0)  # prewarm_graph_pool_borrow / prewarm_sampling
+    s.post_capture_resize(120000.0, 960000)
+    s.disaggregation_init(30.0)
+    s.unhooked(8.0)  # init_overlap: future map
+    s.serve([1800.0, 2300.0, 2000.0])
+    s.close()
+
+
+class Parallel(SimpleNamespace):
+    """runtime_context.py ParallelContext, as get_parallel() gives it to a plain-DP replica (--dp-size 2, no
+    attention DP): dp_rank from the DP controller (scheduler.py:6324), attn_dp_rank 0 (runtime_context.py:82-90)."""
+
+
+def plain_dp(out: Path) -> None:
+    """`--dp-size 2` without attention DP: two replicas (data_parallel_controller.py:426-442, one scheduler each),
+    both TP0. Replica 0 serves a 2,270 MiB peak (headroom 8,873 − 2,270 = 6,603), replica 1 a 6,270 MiB one
+    (2,603): replica 1 is judged."""
+    for dp, peak in ((0, 2270.0), (1, 6270.0)):
+        s = Sim(out, 9001 + dp)
+        mr = model_runner()
+        par = Parallel(tp_rank=0, pp_rank=0, dp_rank=dp, attn_dp_rank=0, moe_ep_rank=0, tp_size=1, pp_size=1,
+                       num_dp_ranks=2, attn_dp_size=1, moe_ep_size=1)  # fmt: skip
+        s.init_parallel(parallel=par)
+        s.baseline()
+        s.weights(15400.0, mr)
+        s.kv_pool(117000.0, 400.0, LLAMA_BPT, mr)
+        s.attention_backends(60.0, mr)
+        s.eager_runner(240.0, 700.0, mr)
+        s.decode_graph(DECODE_RUNGS, mr)
+        s.finalize(20.0, mr)
+        s.disaggregation_init(30.0)
+        s.serve([1800.0, peak, 2000.0])
+        s.close()
+
+
+def decode_deepep_ladder(out: Path) -> None:
+    """`decode-deepep`'s startup with the largest bs's warm-up (300 MiB) cached through the capture and no
+    serving: the lowest free reading inside the capture (its ladder) is the worst point."""
+    s = Sim(out, 3101)
+    mr = model_runner()
+    s.startup(mr, 117000.0)
+
+    def first() -> None:
+        s.deepep_buffer(2500.0)
+        s.dev.raw_alloc(64.0)
+
+    s.decode_graph(DECODE_RUNGS, mr, inside_first=first, warmup_cached_mib=300.0)
+    s.finalize(20.0, mr)
+    s.disaggregation_init(30.0)
+    s.close()
+
+
 SCENARIOS: dict[str, Callable[[Path], Any]] = {
+    "post-capture": post_capture,
+    "plain-dp": plain_dp,
+    "decode-deepep-ladder": decode_deepep_ladder,
     "unified": unified,
     "decode": decode,
     "decode-deepep": lambda out: decode(out, deepep=True),

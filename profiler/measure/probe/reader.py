@@ -155,7 +155,7 @@ def read_file(path: Path, run: ProbeRun) -> Rank | None:
             elapsed_s=e.get("elapsed_s"),
             details=details,
         )
-        ph.ladder = _ladder(rungs.get(seq, []), before)
+        ph.ladder = _ladder(rungs.get(seq, []), before, _nested_ends(seq, begins, ends, kind))
         rank.phases.append(ph)
     if runtime is not None:
         base_t = (runtime.get("base") or {}).get("t")
@@ -194,14 +194,39 @@ def _rungs_by_seq(
     return out
 
 
-def _ladder(recs: list[dict[str, Any]], before: Snapshot | None) -> list[LadderPoint]:
+def _nested_ends(
+    seq: int, begins: dict[int, dict[str, Any]], ends: dict[int, dict[str, Any]], kind: str
+) -> list[tuple[float, float]]:
+    """(end time, usage) of every window nested directly in window `seq` (the DeepEP buffer that the first MoE
+    dispatch creates inside the largest-bs capture, deepep.py get_deepep_buffer)."""
+    out = []
+    for s, b in begins.items():
+        e = ends.get(s)
+        if b.get("parent_seq") != seq or e is None:
+            continue
+        cb, ca = _snap(e.get("before"), kind), _snap(e.get("after"), kind)
+        used = _usage(cb, ca)
+        t = (e.get("after") or {}).get("t", e.get("t"))
+        if used is not None and isinstance(t, int | float):
+            out.append((float(t), used))
+    return out
+
+
+def _ladder(
+    recs: list[dict[str, Any]], before: Snapshot | None, nested: list[tuple[float, float]] | None = None
+) -> list[LadderPoint]:
     """Per batch size, in capture order (sglang captures the largest first: `reversed(self.capture_bs)`,
     decode_cuda_graph_runner.py): memory right after its capture, cumulative since the phase began (the
-    last reading when a size has variants — lora / attention variants capture one shape several times)."""
+    last reading when a size has variants — lora / attention variants capture one shape several times),
+    less the windows nested in the capture that ended before the rung's reading: they are another line's
+    memory (an all-to-all buffer), not the graph's — scaled with the rungs they made `derive_variant` charge a
+    capped ladder for a buffer it does not scale with."""
     by_bs: dict[int, LadderPoint] = {}
     for r in recs:
         s = _snap(r.get("snap"), "host" if r.get("kind") == "host" else "gpu")
         used = None if before is None or s is None else (s - before).used_mib
+        if used is not None and nested and s is not None and s.t is not None:
+            used -= sum(u for t, u in nested if t <= s.t)
         bs = int(r["bs"])
         by_bs.pop(bs, None)  # keep capture order of the last reading
         by_bs[bs] = LadderPoint(
