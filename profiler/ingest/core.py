@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from profiler.core.errors import MemfracError
 from profiler.ingest.judge import Judged, judge, log_context
-from profiler.ingest.output import IngestRow, render, rows_for, write_rows
+from profiler.ingest.output import IngestRow, render, rows_for, write_results_parquet, write_rows
 from profiler.ingest.pool import read_logs
 from profiler.logs import LogFile
 from profiler.logs.inputs import log_files as _discover
@@ -89,23 +89,27 @@ def run_ingest(
     paths: list[str], *, fmt: str = "table", out: str | None = None, per_rank: bool = False, margin_mib: float = 1024.0,
     echo: Callable[[str], None] = print, jobs: int | None = None, warn: Callable[[str], None] = _stderr,
 ) -> int:  # fmt: skip
-    """The command: print (or write) the rows; `out` without a file suffix is a results directory.
+    """The command: print (or write) the rows; `out` without a file suffix is a results directory, a `.parquet`
+    file (or `--format parquet`) gets the same results.parquet table that directory would hold (one schema).
     Exit status 2 when no input holds a server run (each file's line says what it held)."""
     store = None
+    parquet = None
     if out is not None and (Path(out).is_dir() or not Path(out).suffix):
         from profiler.results.store import Store
 
         store = Store(out)
         store.init({"kind": "ingest", "inputs": [str(p) for p in paths]})
-    elif fmt == "parquet" and out is None:
-        raise MemfracError("--format parquet needs --out FILE.parquet")
+    elif out is not None and (fmt == "parquet" or Path(out).suffix == ".parquet"):
+        parquet = Path(out)
+    elif fmt == "parquet":
+        raise MemfracError("--format parquet needs --out FILE.parquet (or --out DIR: a results directory)")
     rows: list[IngestRow] = []
     batch: list[tuple[Measurement, Comparison, RunContext]] = []
     seen: list[LogFile] = []
     for m, c, judged in ingest(paths, margin_mib=margin_mib, jobs=jobs, warn=warn, seen=seen):
         m.notes.extend(n for n in judged.notes if n not in m.notes)
         rows += rows_for(m, c, per_rank, judged)
-        if store is not None:
+        if store is not None or parquet is not None:
             ctx = replace(log_context(m, c), rules_why=judged.reservation.rules_why)
             batch.append((m, c, ctx))
     if not rows:
@@ -115,6 +119,9 @@ def run_ingest(
         store.add(batch, run_key="ingest", extra={"runs": len(batch)})
         echo(render(rows, fmt if fmt != "parquet" else "table"))
         echo(f"wrote {len(batch)} runs to {store.root} (results.parquet; `memfrac report {store.root}`)")
+    elif parquet is not None:
+        write_results_parquet(batch, parquet)
+        echo(f"wrote {len(batch)} runs to {parquet} (the results.parquet table of a results directory)")
     elif out is not None:
         write_rows(rows, Path(out), fmt)
         echo(f"wrote {len(rows)} rows to {out}")

@@ -14,11 +14,14 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from profiler.core.units import MIB_PER_GIB
+
 if TYPE_CHECKING:
     from profiler.analyse.compare import Comparison
-    from profiler.core.measurement import Measurement, Rank
+    from profiler.core.measurement import Measurement, Rank, Snapshot
     from profiler.ingest.judge import Judged
     from profiler.logs.reserve import LogReservation
+    from profiler.results.store import RunContext
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +82,22 @@ class IngestRow:
     figures_from: str  # ranks other than the row's that a figure was read from
     qualifiers: str  # notes that qualify a figure: implied, lower bound, inferred, estimated
     unparsed_lines: int
+    # ---- issue 19: every reading the log prints, as a field (read from the row's rank; None: not printed) ----
+    rule_sets: tuple[str, ...] = ()  # the candidate rule sets in release order (`rules` is their display label)
+    profiled_kv_tokens: int | None = None  # "max_total_tokens=… is larger than the profiled value -M": M (read)
+    oom_in_use_mib: float | None = None  # "this process has X memory in use" (read)
+    oom_reserved_unallocated_mib: float | None = None  # "X is reserved by PyTorch but unallocated" (read)
+    oom_reserved_by_torch_mib: float | None = None  # old-format "X reserved in total by PyTorch" (read)
+    oom_outside_torch_mib: float | None = None  # in use − allocated − reserved unallocated (implied from 3 reads)
+    init_mib: float | None = None  # "Init torch distributed ends. mem usage" on this rank (read)
+    load_begin_free_mib: float | None = None  # "Load weight begin. avail mem" on this rank (read)
+    weights_end_free_mib: float | None = None  # "Load weight end. avail mem" on this rank (read)
+    capture_begin_free_mib: float | None = None  # the decode/verify capture's begin-line avail mem (read)
+    capture_min_free_mib: float | None = None  # the lowest tqdm avail_mem of any capture (read)
+    ready_available_mib: float | None = None  # the ready line's available_gpu_mem (read)
+    draft_weights_mib: float | None = None  # the speculative draft's own weight load, mem usage (read)
+    draft_kv_mib: float | None = None  # the draft model runner's KV pool, K + V (read)
+    draft_graph_mib: float | None = None  # the draft's own graph capture, mem usage as printed (read; may be < 0)
 
 
 _FIGURES = ("weights_mib", "kv_mib", "kv_tokens", "graph_mib")
@@ -88,6 +107,7 @@ def rows_for(m: Measurement, c: Comparison, per_rank: bool = False, judged: Judg
     """The row of a run (its rank closest to OOM), or one row per rank. A figure the row's rank does not
     print is taken from the first rank that does, and `figures_from` says so."""
     from profiler.analyse.compare import rank_figures, worst_rank
+    from profiler.logs.state import profiled_kv_tokens
 
     i = m.identity
     file, _, run = m.id.rpartition("#")
@@ -128,6 +148,13 @@ def rows_for(m: Measurement, c: Comparison, per_rank: bool = False, judged: Judg
             peak_token_usage=s.get("peak_token_usage"), retractions=s.get("retractions"),
             figures_from="; ".join(taken), qualifiers="; ".join(qualifiers(m, c, lr, tokens_from)),
             unparsed_lines=m.unparsed_memory_lines,
+            rule_sets=lr.rule_sets if lr else (() if c.rules is None else (c.rules,)),
+            profiled_kv_tokens=profiled_kv_tokens(m),
+            oom_in_use_mib=f.in_use_mib if f else None,
+            oom_reserved_unallocated_mib=f.reserved_unallocated_mib if f else None,
+            oom_reserved_by_torch_mib=f.reserved_by_torch_mib if f else None,
+            oom_outside_torch_mib=f.outside_torch_mib if f else None,
+            **readings(r),
         )  # fmt: skip
 
     if not per_rank:
@@ -135,6 +162,43 @@ def rows_for(m: Measurement, c: Comparison, per_rank: bool = False, judged: Judg
         return [row(r, c.headroom_mib, borrow=True)]
     out = [row(r, rank_figures(r)["headroom_mib"], borrow=False) for r in m.ranks or []]
     return out or [row(None, c.headroom_mib, borrow=False)]
+
+
+def readings(r: Rank | None) -> dict[str, float | None]:
+    """What the rank's lines print, one field each (issue 19): init, the weight load's two readings, the capture
+    begin and the lowest tqdm reading, the ready line's free memory, and the speculative draft's own weights, KV
+    pool and graph. MiB; None where the rank does not print it."""
+    out: dict[str, float | None] = dict.fromkeys(_READINGS)
+    if r is None:
+        return out
+
+    def free(s: Snapshot | None) -> float | None:
+        return None if s is None else s.free_mib
+
+    init, w, ready = r.phase("init_parallel"), r.phase("weights"), r.phase("ready")
+    out["init_mib"] = init.usage_mib if init is not None else None
+    out["load_begin_free_mib"] = free(w.before) if w is not None else None
+    out["weights_end_free_mib"] = free(w.after) if w is not None else None
+    cap = r.phase("decode_graph") or r.phase("verify_graph")
+    out["capture_begin_free_mib"] = cap.details.get("begin_avail_mib") if cap is not None else None
+    lows = [p.details["min_ladder_avail_mib"] for p in r.phases if "min_ladder_avail_mib" in p.details]
+    out["capture_min_free_mib"] = min(lows) if lows else None
+    out["ready_available_mib"] = ready.details.get("available_gpu_mem_mib") if ready is not None else None
+    dw, dkv = r.phase("weights", "draft"), r.phase("kv_pool", "draft")
+    dg = r.phase("draft_graph", "draft") or r.phase("draft_graph")
+    out["draft_weights_mib"] = dw.used_mib if dw is not None else None
+    if dkv is not None:
+        d = dkv.details
+        parts = [d[k] for k in ("k_mib", "v_mib") if isinstance(d.get(k), int | float)]
+        out["draft_kv_mib"] = sum(parts) if parts else d.get("kv_mib")
+    out["draft_graph_mib"] = dg.usage_mib if dg is not None else None
+    return out
+
+
+_READINGS = (
+    "init_mib", "load_begin_free_mib", "weights_end_free_mib", "capture_begin_free_mib", "capture_min_free_mib",
+    "ready_available_mib", "draft_weights_mib", "draft_kv_mib", "draft_graph_mib",
+)  # fmt: skip
 
 
 def _figures(m: Measurement, r: Rank | None, borrow: bool) -> tuple[dict[str, Any], list[str]]:
@@ -203,13 +267,13 @@ COLUMNS = [f.name for f in fields(IngestRow)]
 
 
 def _gib(x: float | None) -> str:
-    return "—" if x is None else f"{x / 1024:.2f}"
+    return "—" if x is None else f"{x / MIB_PER_GIB:.2f}"
 
 
 def _reserved(r: IngestRow) -> str:
     lo, hi = r.reserved_min_mib, r.reserved_max_mib
     if lo is not None and hi is not None and hi - lo > 5:
-        return f"{lo / 1024:.2f}–{hi / 1024:.2f}"
+        return f"{lo / MIB_PER_GIB:.2f}–{hi / MIB_PER_GIB:.2f}"
     return _gib(r.reserved_mib)
 
 
@@ -223,7 +287,7 @@ def render_table(rows: list[IngestRow]) -> str:
     for r in rows:
         par = "/".join("—" if x is None else str(x) for x in (r.tp, r.dp, r.ep))
         model = (r.model or r.architecture or "?").rsplit("/", 1)[-1][:28]
-        gpu = r.gpu or (f"{r.gpu_total_mib / 1024:.0f}GiB?" if r.gpu_total_mib else "?")
+        gpu = r.gpu or (f"{r.gpu_total_mib / MIB_PER_GIB:.0f}GiB?" if r.gpu_total_mib else "?")
         if r.gpu and r.gpu_how.startswith(("first avail", "avail mem after")):
             gpu += "?"  # inferred from the free memory at load, not named by the log
         mfs = "—" if r.mfs is None else f"{r.mfs:.3f} ({r.mfs_origin})"
@@ -252,9 +316,19 @@ def render(rows: list[IngestRow], fmt: str) -> str:
 
 
 def write_rows(rows: list[IngestRow], path: Path, fmt: str) -> None:
-    if fmt == "parquet" or path.suffix == ".parquet":
-        import pandas as pd
+    """The rows as JSON, CSV or the table (a .parquet file is the results table: `write_results_parquet`)."""
+    path.write_text(render(rows, fmt))
 
-        pd.DataFrame([asdict(r) for r in rows], columns=COLUMNS).to_parquet(path, index=False)
-    else:
-        path.write_text(render(rows, fmt))
+
+def write_results_parquet(batch: list[tuple[Measurement, Comparison, RunContext]], path: Path) -> None:
+    """`ingest --out FILE.parquet`: the results.parquet table a results directory holds (profiler.results.store
+    RESULT_COLUMNS, schema-versioned): one schema whether --out names a directory or a file."""
+    import pandas as pd
+
+    from profiler.results.store import RESULT_COLUMNS, result_rows
+
+    rows = [row for m, c, ctx in batch for row in result_rows(m, c, ctx)]
+    df = pd.DataFrame(rows, columns=list(RESULT_COLUMNS)).astype(RESULT_COLUMNS)
+    tmp = path.with_name(path.name + ".tmp")
+    df.to_parquet(tmp, index=False)
+    tmp.replace(path)

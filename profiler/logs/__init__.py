@@ -8,8 +8,8 @@
 
 Modules: `inputs` (opening: compression, encodings, file discovery), `lines` (chunked scanning), `matchers`
 (which lines: keywords, traffic peaks), `ranges` (one file on several cores), `prefixes` (what stands in front
-of sglang's record), `patterns` (line formats), `failures` and `oom` (how runs end), `serverargs` and `launchcmd` (the args),
-`build` (runs, ranks, phases), `identity` (model, GPU, …).
+of sglang's record), `patterns` (line formats), `failures` and `oom` (how runs end), `serverargs` and
+`launchcmd` (the args), `build` (runs, ranks, phases), `identity` (model, GPU, …).
 """
 
 from __future__ import annotations

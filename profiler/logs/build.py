@@ -24,6 +24,7 @@ import re
 import time
 
 from profiler.core.measurement import LadderPoint, Measurement, Phase, Snapshot
+from profiler.core.units import BYTES_PER_MIB, MIB_PER_GIB
 from profiler.logs.failures import (
     DEFINITIVE,
     OOM_FIELDS,
@@ -44,7 +45,7 @@ from profiler.logs.prefixes import Prefixed, PrefixLearner, shape, split_glued
 from profiler.logs.run import VersionCue, _RankState, _Run
 from profiler.logs.serverargs import ServerArgsRepr, parse_server_args
 
-GIB = 1024.0
+GIB = MIB_PER_GIB  # sglang's "GB" is GiB (profiler.core.units)
 RESOLUTION_MIB = 10.24  # sglang prints GiB with two decimals: ±0.005 GiB, a step of 10.24 MiB
 MAX_EXAMPLES = 5
 MAX_CONTINUATION_LINES = 200
@@ -276,7 +277,7 @@ class LogBuilder:
             return
         if kind == "host_mem":
             d = ev.details or {}
-            mib = d["gb_decimal"] * 1e9 / 2**20
+            mib = d["gb_decimal"] * 1e9 / BYTES_PER_MIB
             self._run.m.notes.append(
                 f"line {lineno}: {d['gb_decimal']} GB (decimal, {mib:.0f} MiB) of HOST memory for "
                 f"{d['what']}: host RAM, not GPU memory"

@@ -12,6 +12,7 @@ import re
 from typing import Any
 
 from profiler.core.measurement import Identity, Measurement, Rank
+from profiler.core.units import MIB_PER_GIB
 from profiler.logs.formats import BY_KEY as FORMAT_SPANS
 from profiler.logs.formats import (
     NEWEST,
@@ -279,7 +280,7 @@ def _gpu(m: Measurement, device: tuple[str, int] | None = None) -> None:
     if totals:
         ident.gpu_total_mib = totals[0]
         ident.gpu_total_how = "oom total capacity"
-        cands = gpus_near_capacity(totals[0] / 1024)
+        cands = gpus_near_capacity(totals[0] / MIB_PER_GIB)
         fits = ", ".join(g.name for g in cands) or "none bundled"
         m.notes.append(f"{_TOTAL_NOTE}; GPUs of that size: {fits} (name not set from this)")
         # The heuristic reads nvidia-smi's memory.total: the bundled capacities this total fits are its candidates.
@@ -291,7 +292,7 @@ def _gpu(m: Measurement, device: tuple[str, int] | None = None) -> None:
     if seen is None:
         return
     free_mib, init_mib, how = seen
-    start_gib = (free_mib + (init_mib or 0.0)) / 1024
+    start_gib = (free_mib + (init_mib or 0.0)) / MIB_PER_GIB
     tol = TOLERANCE_GIB if init_mib is not None else TOLERANCE_NO_INIT_GIB
     cands = gpus_near_capacity(start_gib, tol)
     caps = sorted({g.total_mib for g in cands})
@@ -322,10 +323,10 @@ def _first_load_free(m: Measurement) -> tuple[float, float | None, str] | None:
         for p in r.phases_named("weights"):
             line = p.line or 0
             if p.before is not None and p.before.free_mib is not None:
-                cand = (line, p.before.free_mib, r, f"first avail mem {p.before.free_mib / 1024:.2f} GiB")
+                cand = (line, p.before.free_mib, r, f"first avail mem {p.before.free_mib / MIB_PER_GIB:.2f} GiB")
             elif p.after is not None and p.after.free_mib is not None and p.usage_mib is not None:
                 free = p.after.free_mib + p.usage_mib
-                cand = (line, free, r, f"avail mem after weights + their mem usage {free / 1024:.2f} GiB")
+                cand = (line, free, r, f"avail mem after weights + their mem usage {free / MIB_PER_GIB:.2f} GiB")
             else:
                 continue
             if best is None or cand[0] < best[0]:
@@ -336,7 +337,7 @@ def _first_load_free(m: Measurement) -> tuple[float, float | None, str] | None:
     init = r.phase("init_parallel")
     init_mib = init.usage_mib if init is not None else None
     if init_mib is not None:
-        how = f"{how} + init {init_mib / 1024:.2f} GiB"
+        how = f"{how} + init {init_mib / MIB_PER_GIB:.2f} GiB"
     return free, init_mib, how
 
 

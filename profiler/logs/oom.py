@@ -14,7 +14,9 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-_UNIT_MIB = {"GiB": 1024.0, "MiB": 1.0, "KiB": 1.0 / 1024, "bytes": 1.0 / 2**20}
+from profiler.core.units import BYTES_PER_MIB, MIB_PER_GIB
+
+_UNIT_MIB = {"GiB": float(MIB_PER_GIB), "MiB": 1.0, "KiB": 1024 / BYTES_PER_MIB, "bytes": 1.0 / BYTES_PER_MIB}
 _SIZE = r"(\d+(?:\.\d+)?)\s*(GiB|MiB|KiB|bytes)"
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any, NamedTuple
 
+from profiler.core.units import BYTES_PER_GIB
 from profiler.logs.formats import format_key
 
 
@@ -340,7 +341,7 @@ def _unified(msg: str) -> Event | None:
     m = _UNIFIED.search(msg)
     if m is None:
         return KNOWN
-    return Event("kv", "kv_pool", details={"kv_gib": int(m.group(1)) / 2**30, "unified": True})
+    return Event("kv", "kv_pool", details={"kv_gib": int(m.group(1)) / BYTES_PER_GIB, "unified": True})
 
 
 def _dsv4(msg: str) -> Event | None:

@@ -19,8 +19,9 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from profiler.core.measurement import Measurement, Phase, Rank
+from profiler.core.units import MIB_PER_GIB
 
-GIB = 1024.0
+GIB = MIB_PER_GIB  # sglang's "GB" is GiB (profiler.core.units)
 PRINT_GIB = 0.005  # sglang prints GiB with two decimals: each number is ±0.005 GiB
 #: An implied fraction below this means the pool was capped, not sized by the fraction (no release's auto
 #: value is this low on a GPU a model fits on; a user-given one this low is printed, not implied).

@@ -55,7 +55,7 @@ class Candidate:
 class LogReservation:
     """The rules a run was judged with, why, and the reservation (one, or a range over candidates)."""
 
-    rules: str  # "0.4.10" | "0.5.9 … 0.5.12.post1 (3 rule sets)" | "none"
+    rules: str  # "0.4.10" | "0.5.9 … 0.5.12.post1 (3 rule sets)" | "none": for display (`rule_sets` is the list)
     rules_why: str
     release: str | None
     release_how: str
@@ -66,6 +66,7 @@ class LogReservation:
     mfs_how: str = ""
     notes: tuple[str, ...] = field(default=())
     estimate: Reservation | None = None  # the newest rules' reservation, for the activation yardstick only
+    rule_sets: tuple[str, ...] = ()  # the candidates' rule sets, in release order (never parsed back from `rules`)
 
     @property
     def reserved_mib_range(self) -> tuple[float, float] | None:
@@ -223,7 +224,8 @@ def log_reservation(m: Measurement) -> LogReservation:
     label = _label(cands) + (f" (+{len(missing)} releases not modelled)" if missing else "")
     why = _why(ident.sglang_version, rel_how, cands, headline, cap_how) + narrowed
     return LogReservation(label, why, **base, headline=headline.res if headline else None, candidates=tuple(cands),
-                          mfs=mfs, mfs_origin=origin, mfs_how=how, notes=tuple(notes), estimate=estimate)  # fmt: skip
+                          mfs=mfs, mfs_origin=origin, mfs_how=how, notes=tuple(notes), estimate=estimate,
+                          rule_sets=tuple(dict.fromkeys(c.rule_set.name for c in cands)))  # fmt: skip
 
 
 def _base(m: Measurement, rel_how: str) -> dict:
@@ -285,8 +287,9 @@ def _label(cands: list[Candidate]) -> str:
 
 
 def rule_sets_named(label: str) -> list[RuleSet]:
-    """The rule sets a `rules` label (`_label`'s) names: one ("0.5.9"), or a range ("0.5.3 … 0.5.8 (6 rule
-    sets)": every rule set between its ends, a superset when candidates were left out); empty for "none"."""
+    """The rule sets a stored `rules` label (`_label`'s, e.g. a results.parquet column) names: one ("0.5.9"), or a
+    range ("0.5.3 … 0.5.8 (6 rule sets)": every rule set between its ends, a superset when candidates were left
+    out); empty for "none". A record in hand carries the exact list: `LogReservation.rule_sets`."""
     names = list(RULE_SETS)
     m = _RANGE_LABEL.match(label)
     if m and m[1] in RULE_SETS and m[2] in RULE_SETS:

@@ -18,10 +18,11 @@ state, and the verdict (`profiler.analyse.verdict`) reads it first.
 from __future__ import annotations
 
 from profiler.core.measurement import Measurement, Phase, Rank
+from profiler.core.units import MIB_PER_GIB
 from profiler.logs.failures import says_no_kv
 from profiler.logs.patterns import GRAPH_PHASES
 
-_GIB = 1024.0
+_GIB = MIB_PER_GIB  # profiler.core.units
 
 
 def startup_state(m: Measurement, ready_line: int | None, fired_line: int | None = None) -> tuple[str, str]:
