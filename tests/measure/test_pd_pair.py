@@ -89,3 +89,80 @@ def test_both_workers_recorded_their_own_role_with_the_transfer_engine(pair):
         info = json.loads((side.out_dir / "server_info.json").read_text())
         # sglang resolves "mooncake_tcp" to mooncake with MC_FORCE_TCP=1 (arg_groups/pd_disaggregation_hook.py:27-31)
         assert info["disaggregation_mode"] == mode and info["disaggregation_transfer_backend"] == "mooncake"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# On a CUDA machine (the nightly hardware CI): the same pair on two GPUs, every number GPU memory
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _two_gpus() -> str | None:
+    from tests.measure.test_run_gpu import _cuda
+
+    why = _cuda()
+    if why:
+        return why
+    import torch
+
+    if torch.cuda.device_count() < 2:
+        return f"a pair needs 2 GPUs; torch sees {torch.cuda.device_count()}"
+    from profiler.core.errors import MemfracError
+    from profiler.measure.runner.worker import check_transfer_backend
+
+    try:
+        check_transfer_backend("mooncake_tcp")
+        check_router_installed()
+    except MemfracError as e:
+        return str(e)
+    return None
+
+
+def check_router_installed() -> None:
+    from profiler.measure.runner.pair import check_router
+
+    check_router()
+
+
+@pytest.mark.gpu
+def test_the_pair_on_two_gpus_transfers_gpu_kv_and_measures_both_roles(tmp_path):
+    why = _two_gpus()
+    if why:
+        pytest.skip(why)
+    from profiler.core.measurement import Measurement
+
+    res = run_pair(PAIR["prefill"], PAIR["decode"], tmp_path / "gpu-pair", device="cuda", gpus=([0], [1]))
+    assert res.status == "ok", res.failure
+    t = res.transfer
+    assert t["proven"] == t["of"] == 6 and t["kinds_proven"] == ["chunked", "prefix", "single"]
+    assert t["negative_control_zero"]
+    for side, mode in ((res.prefill, "prefill"), (res.decode, "decode")):
+        m = Measurement.load(side.out_dir / "measurement.json")
+        assert m.memory_kind == "gpu" and m.identity.mode == mode and m.failure is None
+        init = m.primary.phase("disaggregation_init")
+        assert init is not None and init.before.free_mib is not None  # a GPU reading around the transfer engine
+        assert side.gpu_check.get("checked") is not False or side.gpu_check.get("why")
+
+
+def test_the_sweep_records_both_roles_and_the_report_shows_them_side_by_side(pair, tmp_path):
+    from profiler.face.report import write_report
+    from profiler.results.store import Store
+    from profiler.sweep.executors import Job, JobResult
+    from profiler.sweep.plan import make_plan
+    from profiler.sweep.sweep import SweepSummary, record
+
+    plan = make_plan([PAIR["prefill"], PAIR["decode"]], [0])
+    (g,) = plan.runs
+    store = Store(tmp_path / "r")
+    store.init({"scenarios": "cpu-pd-pair.toml", "executor": "local", "device": "cpu"})
+    summary = SweepSummary()
+    record(store, plan, JobResult(Job(g, pair.out_dir, "cpu"), pair.prefill, pair=pair), summary)
+    run = store.manifest()["runs"][g.key]
+    assert run["status"] == "ok" and run["pair"] and run["transfer"]["proven"] == 6 and len(run["ids"]) == 2
+    write_report(tmp_path / "r")
+    md = (tmp_path / "r" / "report.md").read_text()
+    section = md[md.index("## PD pairs: prefill and decode side by side"):]
+    section = section[: section.index("\n## ", 10)]
+    assert "| prefill" in section and "| decode" in section and "6/6 requests" in section
+    line = next(x for x in section.splitlines() if x.startswith("| transfer engine (disaggregation_init)"))
+    cells = [c.strip() for c in line.split("|")[2:4]]
+    assert all(c != "—" and float(c.replace(",", "")) >= 0 for c in cells), line  # measured on both nodes

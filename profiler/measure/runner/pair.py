@@ -295,6 +295,9 @@ def run_pair(
     for w in workers:
         write_json(w.spec.out_dir / "command.json", {"argv": w.command(), "env": w.spec.env, "device": device})
     write_json(rspec.out_dir / "command.json", {"argv": router.command(), "env": rspec.env})
+    from profiler.measure.machine import gpu_use
+
+    before = {w.spec.scenario.mode: gpu_use(w.spec.visible_devices) if device == "cuda" else None for w in workers}
     res = PairResult(name, "failed", out_dir, None, None)
     states: dict[str, dict[str, Any]] = {}
     loads: list[PairRequest] = []
@@ -350,7 +353,7 @@ def run_pair(
         timed_out = not died and not st.get("ready", False) and w.timeout_detail is not None
         rr = finish_worker(w, st.get("ready", False), st.get("info"), died=died, timed_out=timed_out,
                            during_load=died and bool(st.get("ready")), stop=stops[mode],
-                           startup_s=st.get("startup_s"))  # fmt: skip
+                           startup_s=st.get("startup_s"), gpu_before=before[mode])  # fmt: skip
         if mode == "prefill":
             res.prefill = rr
         else:
