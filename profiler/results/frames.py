@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from profiler.core.errors import MemfracError
@@ -33,13 +32,22 @@ def finite(v: Any) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class LadderSlope:
-    """The decode ladder of one run: least-squares MiB per captured bs, over its (bs, cumulative MiB) points."""
+    """The decode ladder of one run, in capture order (largest bs first, cumulative MiB after each size).
+
+    sglang captures `reversed(capture_bs)` into one graph pool: the first, largest capture sets the pool's
+    peak, every smaller one reuses it and adds only its own increment, so the cumulative MiB *falls* with bs
+    along the ladder and a least-squares line through (bs, cumulative) has a negative slope. What one batch
+    size costs is the first rung's MiB ÷ its bs (`slope_mib_per_bs`); the smaller captures' increments
+    (`rest_mib` = whole capture − first rung) do not scale with max_bs.
+    """
 
     run_id: str
     points: int
     max_bs: int
-    max_used_mib: float
-    slope_mib_per_bs: float | None
+    max_used_mib: float  # the whole capture: the last rung's cumulative MiB
+    slope_mib_per_bs: float | None  # first rung MiB ÷ its bs (None: no positive first rung)
+    top_mib: float | None = None  # the first (largest-bs) rung's MiB
+    rest_mib: float | None = None  # the smaller captures' increments together
 
 
 def load_dirs(results: Sequence[str]) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
@@ -85,13 +93,26 @@ def short_model(row: pd.Series) -> str:
 
 
 def ladder_slopes(ladder: pd.DataFrame) -> dict[str, LadderSlope]:
-    """Per run with a ladder: the least-squares slope of cumulative capture MiB over bs."""
+    """Per run with a ladder: MiB per bs of its first (largest) capture, read in capture order.
+
+    Rows are taken in `capture_index` order (store.load_ladder gives it; a ladder without it is sorted
+    largest bs first, as sglang captures); the first rung must be the largest bs, or the ladder is not a
+    capture-order one and gets no slope.
+    """
     out: dict[str, LadderSlope] = {}
-    for run_id, g in ladder.dropna(subset=["bs", "used_mib"]).groupby("run_id", sort=True):
+    lad = ladder.dropna(subset=["bs", "used_mib"])
+    for run_id, g in lad.groupby("run_id", sort=True):
+        if "capture_index" in g.columns and g["capture_index"].notna().all():
+            g = g.sort_values("capture_index", kind="stable")
+        else:
+            g = g.sort_values("bs", ascending=False, kind="stable")
         bs = g["bs"].astype(float).to_numpy()
         used = g["used_mib"].astype(float).to_numpy()
-        slope = float(np.polyfit(bs, used, 1)[0]) if len(set(bs)) >= 2 else None
-        out[str(run_id)] = LadderSlope(str(run_id), len(g), int(bs.max()), float(used.max()), slope)
+        top_bs, top = float(bs[0]), float(used[0])
+        ok = top_bs == float(bs.max()) and top > 0 and top_bs > 0
+        slope = top / top_bs if ok else None
+        out[str(run_id)] = LadderSlope(str(run_id), len(g), int(bs.max()), float(used[-1]), slope,
+                                       top if ok else None, float(used[-1]) - top if ok else None)  # fmt: skip
     return out
 
 
