@@ -12,7 +12,7 @@ conformance tests check against the real resolver (`profiler.model.heuristic.mod
 distinct heuristic input — about a tenth of the configurations — and numpy broadcasts its terms to every
 row. Weights, KV bytes and buffer sizes are tabulated per distinct model/parallelism/backend input the
 same way; the per-row arithmetic (KV budget, tokens given up to the floor, buffer vs reserve, calibrated
-reserve) is numpy. `tests/test_audit.py` checks rows against `profiler.model.heuristic.reserve` directly.
+reserve) is numpy. `tests/calibrate/test_audit.py` checks rows against `profiler.model.heuristic.reserve` directly.
 
 Findings (the summary table, `findings.parquet`):
 - fraction_nonpositive: sglang derives mem_fraction_static ≤ 0 (it fails at start);
@@ -28,7 +28,6 @@ kept in the parquet with the reason and left out of every finding.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -40,10 +39,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from profiler.calibrate.codec import fits, load_calibration, sized_by_note
+from profiler.calibrate.shapes import Fit, calibrated_sum, floor_applies
 from profiler.core.errors import MemfracError
 from profiler.engine.oracle import GPU_CAPABILITY
 from profiler.model import a2a
 from profiler.model.gpus import known_gpus
+from profiler.model.heuristic.constants import ACTIVATION_MIB_PER_TOKEN
 from profiler.model.heuristic.inputs import vision_shape
 from profiler.model.heuristic.model import evaluate
 from profiler.model.heuristic.record import TERM_NAMES, HeuristicInputs
@@ -84,7 +86,7 @@ FLASHINFER_RUNNER = "deep_gemm"
 
 
 # ------------------------------------------------------------------------------------------------------
-# What sglang 0.5.23 refuses among these inputs (checked against the real resolver by tests/test_audit.py)
+# What sglang 0.5.23 refuses among these inputs (checked against the real resolver by tests/calibrate/test_audit.py)
 # ------------------------------------------------------------------------------------------------------
 
 _MEGA_MOE_NO_FALLBACK = frozenset({"Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM", "Qwen3NextForCausalLM"})
@@ -241,49 +243,11 @@ def variants(space: Space, moe: bool) -> list[_Variant]:
 # ------------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Constant:
-    """One calibrated constant: reserve = slope·x (+ hidden) or a flat constant (calibrate.Fit's fields)."""
-
-    form: str  # per_unit | per_hidden | flat | deepep
-    slope: float = 0.0
-    constant: float = 0.0
-
-
-def read_calibration(path: str | Path) -> tuple[str | None, dict[str, Constant]]:
-    """calibration.json as `memfrac calibrate --out` writes it: {"rules": "0.5.23", "terms": {key: {"formula": "…",
-    "params": {"form": …, "slope": …, "constant": …}}}}. Keys are calibrate.SPECS' (constant, activation,
-    parallel, decode_graph, prefill_graph, prefill_graph_mla, floor_topup, deepep_a2a); an absent term keeps
-    today's constant. Without "form": slope → per_unit (deepep for deepep_a2a), else flat."""
-    p = Path(path)
-    try:
-        doc = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise MemfracError(f"--calibration {p}: file not found") from None
-    except ValueError as e:
-        raise MemfracError(f"--calibration {p}: not JSON: {e}") from None
-    terms = doc.get("terms") if isinstance(doc, dict) else None
-    if not isinstance(terms, dict):
-        raise MemfracError(
-            f"--calibration {p}: no 'terms' table; expected {{'rules': ..., 'terms': {{term: {{...}}}}}}"
-        )
-    out: dict[str, Constant] = {}
-    for key, v in terms.items():
-        params = v.get("params", v) if isinstance(v, dict) else None
-        if not isinstance(params, dict):
-            raise MemfracError(f"--calibration {p}: terms.{key}: expected a table with 'params'")
-        slope, const = params.get("slope"), params.get("constant")
-        form = params.get("form") or ("deepep" if key == "deepep_a2a" and slope else "per_unit" if slope else "flat")
-        if form not in ("per_unit", "per_hidden", "flat", "deepep"):
-            raise MemfracError(
-                f"--calibration {p}: terms.{key}.params.form {form!r}; allowed: per_unit, per_hidden, flat, deepep"
-            )
-        try:
-            out[key] = Constant(form, float(slope or 0.0), float(const or 0.0))
-        except (TypeError, ValueError):
-            raise MemfracError(f"--calibration {p}: terms.{key}.params: slope/constant must be numbers") from None
-    rules = doc.get("rules") if isinstance(doc.get("rules"), str) else None
-    return rules, out
+def read_calibration(path: str | Path) -> tuple[str | None, dict[str, Fit]]:
+    """calibration.json as `memfrac calibrate --out` writes it, through the one codec: (the rules its evidence
+    was sized with, its shapes by fit key). An absent term keeps today's constant."""
+    doc = load_calibration(path)
+    return (doc.get("rules") if isinstance(doc.get("rules"), str) else None), fits(doc, path)
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -327,7 +291,7 @@ def _heuristic(rules: RuleSet, klass: tuple, backend: str, gpu_mib: int, mode: s
     a2a_res = (mib[TI["deepep_a2a"]] if on[TI["deepep_a2a"]] else 0.0) + (
         mib[TI["prefill_bcg_deepep"]] if on[TI["prefill_bcg_deepep"]] else 0.0
     )
-    act = mib[TI["activation"]] / 1.5 if on[TI["activation"]] else 0.0
+    act = mib[TI["activation"]] / ACTIVATION_MIB_PER_TOKEN if on[TI["activation"]] else 0.0
     buckets = len(res.prefill_bs) if on[TI["prefill_graph"]] and not is_mla else 0
     return (
         frac, total, res.chunked_prefill_size, res.decode_max_bs, float(res.decode_backend != "disabled"),
@@ -365,7 +329,7 @@ def _a2a_size(name: str, backend: str, tokens: int | None, deepep_mode: str, tp:
 def evaluate_space(
     space: Space,
     rules: RuleSet,
-    calibration: Mapping[str, Constant] | None = None,
+    calibration: Mapping[str, Fit] | None = None,
     tick: Callable[[int, str], None] | None = None,
 ) -> pd.DataFrame:
     """One row per configuration (see the module docstring for the columns' meaning)."""
@@ -502,7 +466,7 @@ def _model_rows(
     return cols
 
 
-def _derive(df: pd.DataFrame, calibration: Mapping[str, Constant] | None) -> None:
+def _derive(df: pd.DataFrame, calibration: Mapping[str, Fit] | None) -> None:
     """Per-row arithmetic: KV budget, findings, and the calibrated reserve (numpy over every row)."""
     df["accepted"] = (df["sglang_refusal"] == "").to_numpy()
     df["kv_budget_mib"] = df["gpu_mib"] * df["fraction"] - df["weights_mib"]  # free at start = capacity (estimate)
@@ -524,48 +488,18 @@ def _derive(df: pd.DataFrame, calibration: Mapping[str, Constant] | None) -> Non
         df["calibrated_excess_mib"] = df["calibrated_reserved_mib"] - df["reserved_mib"]
 
 
-def calibrated_reserve(df: pd.DataFrame, c: Mapping[str, Constant]) -> pd.Series:
-    """Today's reserve with each calibrated constant put in its term (vectorised): max(pre-floor terms, floor)
-    when the GPU is above 60 GiB, then the post-floor terms. Post-capture rows keep today's reserve."""
-    act_on = df["activation"] > 0
-
-    def term(key: str, today: pd.Series, x: pd.Series | float) -> pd.Series:
-        k = c.get(key)
-        if k is None:
-            return today
-        if k.form == "flat":
-            return pd.Series(np.where(today > 0, k.constant, 0.0), index=df.index)
-        if k.form == "per_hidden":
-            return pd.Series(np.where(today > 0, k.slope * x * df["hidden"] + k.constant, 0.0), index=df.index)
-        return pd.Series(np.where(today > 0, k.slope * x + k.constant, 0.0), index=df.index)
-
-    const = term("constant", df["constant"], 1.0)
-    act = term("activation", df["activation"], df["act_tokens"])
-    par = term("parallel", df["parallel"], df["tp"].astype(float))
-    dec = term("decode_graph", df["decode_graph"], df["decode_max_bs"])
-    pg_today = df["prefill_graph"]
-    pg = pd.Series(
-        np.where(
-            df["is_mla"],
-            term("prefill_graph_mla", pg_today, 1.0),
-            term("prefill_graph", pg_today, df["prefill_buckets"]),
-        ),
-        index=df.index,
-    )
-    pre = const + act + par + dec + df["dp_padding"] + pg + df["prefill_bcg_deepep"]
-    floor = c["floor_topup"].constant if "floor_topup" in c else 10 * 1024.0
-    floored = np.where(df["gpu_mib"] > 60 * 1024, np.maximum(pre, floor), pre)
-    dk = c.get("deepep_a2a")
-    deep = df["deepep_a2a"]
-    if dk is not None:
-        ana = df["a2a_analytic_mib"].fillna(0.0)
-        deep = pd.Series(
-            np.where(deep > 0, (dk.slope * ana + dk.constant) if dk.form == "deepep" else dk.constant, 0.0),
-            index=df.index,
-        )
-    post = deep + df["speculative"] + df["xpu"]
-    out = pd.Series(floored + post, index=df.index)
-    return out.where(~(df["post_capture"] > 0) & act_on, df["reserved_mib"])
+def calibrated_reserve(df: pd.DataFrame, c: Mapping[str, Fit]) -> pd.Series:
+    """Today's reserve with each calibrated shape put in its term, vectorised through the one calibrated sum
+    (`profiler.calibrate.shapes.calibrated_sum`): max(pre-floor terms, floor) above 60 GiB, then the post-floor
+    terms. Post-capture rows (activation off) keep today's reserve."""
+    terms = {n: df[n].to_numpy(dtype=float) for n in TERM_NAMES if n in df.columns}
+    _, new, _ = calibrated_sum(
+        terms, c, floor_on=floor_applies(df["gpu_mib"].to_numpy()), is_mla=df["is_mla"].to_numpy(dtype=bool),
+        hidden=df["hidden"].to_numpy(dtype=float), tp=df["tp"].to_numpy(dtype=float),
+        analytic=df["a2a_analytic_mib"].to_numpy(dtype=float),
+    )  # fmt: skip
+    out = pd.Series(np.asarray(new, dtype=float), index=df.index)
+    return out.where(~(df["post_capture"] > 0), df["reserved_mib"])
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -674,7 +608,7 @@ def heatmaps(df: pd.DataFrame, out: Path) -> list[Path]:
 
 def _heat(plt: Any, piv: pd.DataFrame, title: str, unit: str, path: Path, fmt: str, ylabel: str = "",
           xlabel: str = "") -> Path:  # fmt: skip
-    fig, ax = plt.subplots(figsize=(max(6, 0.55 * piv.shape[1] + 3), max(3, 0.45 * piv.shape[0] + 1.5)))
+    fig, ax = plt.subplots(figsize=(max(6, 0.55 * piv.shape[1] + 3), max(3, 0.45 * piv.shape[0] + 3 / 2)))
     im = ax.imshow(piv.to_numpy(dtype=float), aspect="auto", cmap="magma_r")
     ax.set_xticks(range(piv.shape[1]), [str(c) for c in piv.columns], rotation=60, ha="right", fontsize=8)
     ax.set_yticks(range(piv.shape[0]), [str(i) for i in piv.index], fontsize=8)
@@ -705,7 +639,7 @@ class AuditResult:
 
 
 def run(
-    space: Space, rules: RuleSet, calibration: Mapping[str, Constant] | None = None, show_progress: bool = True
+    space: Space, rules: RuleSet, calibration: Mapping[str, Fit] | None = None, show_progress: bool = True
 ) -> AuditResult:
     from profiler.core.ui import progress
 
@@ -721,6 +655,28 @@ def run(
     else:
         df = evaluate_space(space, rules, calibration)
     return AuditResult(df, findings(df), time.perf_counter() - t0)
+
+
+def calibrated_summary(rows: pd.DataFrame, rules: str) -> str:
+    """Per node type over the feasible configurations: how the calibrated shapes move the fraction and the KV
+    pool against today's (free at start = capacity: an estimate)."""
+    from profiler.core.ui import table
+
+    ok = rows[rows["accepted"] & (rows["weights_mib"] < rows["gpu_mib"]) & (rows["fraction"] > 0)]
+    ok = ok.assign(cal_fraction=np.round((ok["gpu_mib"] - ok["calibrated_reserved_mib"]) / ok["gpu_mib"], 3))
+    ok = ok.assign(dkv=(ok["cal_fraction"] - ok["fraction"]) * ok["gpu_mib"])
+    bpt = ok["kv_bytes_per_token"].where(ok["kv_bytes_per_token"] > 0)
+    ok = ok.assign(dtok=(ok["dkv"] * MIB / bpt).fillna(0))
+    out = []
+    for mode, g in ok.groupby("mode", observed=True):
+        out.append([str(mode), f"{len(g):,}", f"{g['fraction'].median():.3f}", f"{g['cal_fraction'].median():.3f}",
+                    f"{int((g['cal_fraction'] < g['fraction']).sum()):,}", f"{g['dkv'].median():+,.0f}",
+                    f"{int(g['dtok'].median()):+,}"])  # fmt: skip
+    head = ["node type", "configurations", "fraction today (median)", "calibrated (median)", "fraction lowered",
+            "KV MiB Δ (median)", "KV tokens Δ (median)"]  # fmt: skip
+    title = f"calibrated constants vs today's (sglang {rules} rules)"
+    return table(head, out, right=[False, *([True] * 6)], title=title,
+                 caption="feasible configurations; KV Δ = (calibrated − today's fraction) × capacity")  # fmt: skip
 
 
 def run_audit(
@@ -740,10 +696,12 @@ def run_audit(
         list(backends) if backends else None,
     )  # fmt: skip
     cal = None
-    if calibration:
-        cal_rules, cal = read_calibration(calibration)
-        rules = cal_rules or rules
     rs = rules_for(rules)
+    said = None
+    if calibration:
+        doc = load_calibration(calibration)
+        cal = fits(doc, calibration)
+        said = sized_by_note(doc, rs.name)
     res = run(space, rs, cal)
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -761,5 +719,9 @@ def run_audit(
             right=[False, False, True, True, False],
         )
     )  # fmt: skip
+    if cal is not None:
+        print(calibrated_summary(res.rows, rs.name))
+        if said:
+            print(said)
     print(f"wrote {out_dir / 'audit.parquet'}, {out_dir / 'findings.parquet'} and {len(res.plots)} heat maps")
     return 0

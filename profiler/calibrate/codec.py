@@ -15,19 +15,22 @@ Params per term (the names `memfrac audit --calibration` and `memfrac explain --
 | term | params | today (0.5.23 memory_hook.py) |
 |---|---|---|
 | constant | constant_mib | `reserved_mem = 512` |
-| activation | mib_per_token | `activation_tokens * 1.5` |
-| parallel | mib_per_tp_pp | `tp_size * pp_size / 8 * 1024` (128 MiB per tp·pp) |
-| decode_graph | mib_per_bs, or mib_per_bs_per_hidden (× bs × hidden size) | `max_bs * 2` |
-| prefill_graph | mib_per_bucket (non-MLA) and/or mla_mib | `len(prefill bs) * 8`, `1.5 * 1024` |
-| floor_topup | floor_mib | `max(reserved_mem, 10 * 1024)` |
+| activation | mib_per_token (+ fixed_mib) | `activation_tokens * ACTIVATION_MIB_PER_TOKEN` |
+| parallel | mib_per_tp_pp (+ fixed_mib) | `tp_size * pp_size / 8 * 1024` (128 MiB per tp·pp) |
+| decode_graph | mib_per_bs, mib_per_bs_per_hidden or mib_per_bs_per_hidden_over_tp (+ fixed_mib) | `max_bs * 2` |
+| prefill_graph | mib_per_bucket (+ fixed_mib; non-MLA) and/or mla_mib | `len(prefill bs) * 8`, the MLA flat |
+| floor_topup | floor_mib | `max(reserved_mem, FLOOR_MIB)` |
 | deepep_a2a | analytic_factor + constant_mib (DeepEP analytic MiB × factor + constant), or constant_mib | `2 * 1024` |
+
+`fits(doc)` turns the params back into the shapes every reader computes with
+(`profiler.calibrate.shapes.Fit`, keyed by fit: prefill_graph_mla for mla_mib); a param name it does not know
+is an error naming it, never a silent 0.
 
 `evidence` is keyed by fit ("prefill_graph" and "prefill_graph_mla" are two fits of one term): runs, models,
 worker starts, residuals (fitted − measured MiB, per run and min/max/mean), runs under-reserved today and
 fitted, leave-one-out (by worker start) and leave-one-model-out, per-group fits, the runs excluded and why,
 and whether the patch carries the constant (and why not).
 """
-
 
 from __future__ import annotations
 
@@ -37,7 +40,18 @@ from pathlib import Path
 from typing import Any
 
 from profiler.calibrate.fit import Calibration, HeldOut, TermResult, finite
+from profiler.calibrate.shapes import Fit
 from profiler.core.errors import MemfracError
+from profiler.model.heuristic.constants import (
+    ACTIVATION_MIB_PER_TOKEN,
+    CONSTANT_MIB,
+    DECODE_GRAPH_MIB_PER_BS,
+    DEEPEP_A2A_MIB,
+    FLOOR_MIB,
+    PARALLEL_MIB_PER_TP_PP,
+    PREFILL_GRAPH_MIB_PER_BUCKET,
+    PREFILL_GRAPH_MLA_MIB,
+)
 
 SCHEMA_VERSION = 1
 #: A constant goes into the patch only when at least this many runs, from two worker starts, support it.
@@ -45,15 +59,26 @@ MIN_PATCH_RUNS = 2
 
 #: fit key → the param names it writes (in calibration.json) and today's values.
 _TODAY = {
-    "constant": {"constant_mib": 512.0},
-    "activation": {"mib_per_token": 1.5},
-    "parallel": {"mib_per_tp_pp": 128.0},
-    "decode_graph": {"mib_per_bs": 2.0},
-    "prefill_graph": {"mib_per_bucket": 8.0},
-    "prefill_graph_mla": {"mla_mib": 1536.0},
-    "floor_topup": {"floor_mib": 10240.0},
-    "deepep_a2a": {"constant_mib": 2048.0},
+    "constant": {"constant_mib": CONSTANT_MIB},
+    "activation": {"mib_per_token": ACTIVATION_MIB_PER_TOKEN},
+    "parallel": {"mib_per_tp_pp": PARALLEL_MIB_PER_TP_PP},
+    "decode_graph": {"mib_per_bs": DECODE_GRAPH_MIB_PER_BS},
+    "prefill_graph": {"mib_per_bucket": PREFILL_GRAPH_MIB_PER_BUCKET},
+    "prefill_graph_mla": {"mla_mib": PREFILL_GRAPH_MLA_MIB},
+    "floor_topup": {"floor_mib": FLOOR_MIB},
+    "deepep_a2a": {"constant_mib": DEEPEP_A2A_MIB},
 }
+#: The per-unit param of each scaled term (its affine shape adds fixed_mib).
+_PER_UNIT = {"activation": "mib_per_token", "parallel": "mib_per_tp_pp", "decode_graph": "mib_per_bs",
+             "prefill_graph": "mib_per_bucket"}  # fmt: skip
+#: Every param name a term may carry.
+PARAM_NAMES = {
+    "constant": {"constant_mib"}, "activation": {"mib_per_token", "fixed_mib"},
+    "parallel": {"mib_per_tp_pp", "fixed_mib"},
+    "decode_graph": {"mib_per_bs", "fixed_mib", "mib_per_bs_per_hidden", "mib_per_bs_per_hidden_over_tp"},
+    "prefill_graph": {"mib_per_bucket", "fixed_mib", "mla_mib"}, "floor_topup": {"floor_mib"},
+    "deepep_a2a": {"analytic_factor", "constant_mib"},
+}  # fmt: skip
 
 
 def ceil_sig(v: float, digits: int = 4) -> float:
@@ -70,8 +95,12 @@ def params(t: TermResult) -> dict[str, float]:
     f = t.fit
     if f is None:
         return {}
-    if t.key == "decode_graph":
-        return {"mib_per_bs_per_hidden": f.slope} if f.form == "per_hidden" else {"mib_per_bs": f.slope}
+    if f.form == "per_hidden":
+        return {"mib_per_bs_per_hidden": f.slope}
+    if f.form == "affine_scaled":
+        return {"fixed_mib": f.constant, "mib_per_bs_per_hidden_over_tp": f.slope}
+    if f.form == "affine":
+        return {"fixed_mib": f.constant, _PER_UNIT[t.key]: f.slope}
     if t.key == "deepep_a2a":
         return {"analytic_factor": f.slope, "constant_mib": f.constant} if f.form == "deepep" else {
             "constant_mib": f.constant}  # fmt: skip
@@ -85,6 +114,8 @@ def patch_refusal(t: TermResult) -> str | None:
         return "not fitted"
     if t.runs < MIN_PATCH_RUNS:
         return f"{t.runs} run(s): the patch needs at least {MIN_PATCH_RUNS}"
+    if t.thin:
+        return f"the fit {t.thin}: a constant fitted on one model is not carried upstream"
     if t.loo is None:
         return "one worker start: nothing tested it on a start it was not fitted on"
     if t.key == "deepep_a2a" and t.fit.form == "deepep":
@@ -129,6 +160,14 @@ def evidence(t: TermResult) -> dict[str, Any]:
         "excluded": [{"run_id": e.run_id, "why": e.why} for e in t.excluded],
         "notes": list(t.notes),
         "sized_by": sorted({o.rules for o in t.observations}),
+        "shape_why": t.shape_why,
+        "candidates": [
+            {"shape": c.shape, "form": c.fit.form, "slope": c.fit.slope, "constant": c.fit.constant,
+             "held_out_by": None if c.held is None else c.held.by, "held_out_under": c.under,
+             "held_out_mean_abs_mib": c.mean_abs_mib, "held_out_worst_under_mib": c.worst_under_mib,
+             "chosen": c.chosen}
+            for c in t.candidates
+        ],
         "patch": refusal is None,
         "patch_note": refusal or "carried by --emit-patch",
     }  # fmt: skip
@@ -145,6 +184,11 @@ def calibration_json(c: Calibration) -> dict[str, Any]:
         entry["formula"] = "; ".join(x for x in (entry["formula"], t.formula) if x)
         entry["params"].update(params(t))
         today = dict(_TODAY[t.key])
+        entry.setdefault("shapes", {})[t.key] = t.fit.form
+        if t.fit.form == "affine":
+            today["fixed_mib"] = 0.0
+        if t.fit.form == "affine_scaled":
+            today = {"fixed_mib": 0.0, "mib_per_bs_per_hidden_over_tp": None, "mib_per_bs": DECODE_GRAPH_MIB_PER_BS}
         if t.key == "deepep_a2a" and t.fit.form == "deepep":
             today = {"analytic_factor": 0.0, "constant_mib": 2048.0}
         if t.key == "decode_graph" and t.fit.form == "per_hidden":
@@ -164,6 +208,7 @@ def calibration_json(c: Calibration) -> dict[str, Any]:
         "schema_version": SCHEMA_VERSION, "rules": c.rules, "sglang_version": c.sglang_version,
         "results": list(c.results), "quantile": c.quantile, "margin_mib": c.margin_mib, "runs": c.runs,
         "terms": terms, "not_fitted": not_fitted, "notes": list(c.notes),
+        "held_out_reserve": None if c.held_out_reserve is None else c.held_out_reserve.as_dict(),
     })  # fmt: skip
 
 
@@ -190,9 +235,57 @@ def load_calibration(path: str | Path) -> dict[str, Any]:
         raise MemfracError(f"--calibration {path}: schema_version {d.get('schema_version')!r}; this memfrac reads 1")
     for term, entry in d["terms"].items():
         ps = entry.get("params") if isinstance(entry, dict) else None
-        if not isinstance(ps, dict) or not all(isinstance(v, int | float) for v in ps.values()):
+        if not isinstance(ps, dict) or not all(isinstance(v, int | float) and not isinstance(v, bool)
+                                               for v in ps.values()):  # fmt: skip
             raise MemfracError(f"--calibration {path}: terms.{term}.params must map names to numbers")
+        if term not in PARAM_NAMES:
+            raise MemfracError(f"--calibration {path}: terms.{term}: no such fitted term; known: "
+                               f"{', '.join(PARAM_NAMES)}")  # fmt: skip
+        bad = sorted(set(ps) - PARAM_NAMES[term])
+        if bad:
+            takes = ", ".join(sorted(PARAM_NAMES[term]))
+            raise MemfracError(f"--calibration {path}: terms.{term}.params.{bad[0]}: unknown name; {term} takes "
+                               f"{takes} (written by `memfrac calibrate --out`)")  # fmt: skip
+    fits(d, path)
     return d
+
+
+def fits(d: dict[str, Any], path: str | Path = "calibration.json") -> dict[str, Fit]:
+    """The calibration's shapes by fit key, read from the params (`load_calibration` checked the names)."""
+    out: dict[str, Fit] = {}
+    for term, entry in d["terms"].items():
+        p = {k: float(v) for k, v in entry["params"].items()}
+        fixed = p.get("fixed_mib")
+        if term in ("constant", "floor_topup"):
+            if p:
+                out[term] = Fit("flat", constant=next(iter(p.values())))
+        elif term == "deepep_a2a":
+            if "analytic_factor" in p:
+                out[term] = Fit("deepep", slope=p["analytic_factor"], constant=p.get("constant_mib", 0.0))
+            elif "constant_mib" in p:
+                out[term] = Fit("flat", constant=p["constant_mib"])
+        elif term == "decode_graph" and "mib_per_bs_per_hidden_over_tp" in p:
+            out[term] = Fit("affine_scaled", slope=p["mib_per_bs_per_hidden_over_tp"], constant=fixed or 0.0)
+        elif term == "decode_graph" and "mib_per_bs_per_hidden" in p:
+            out[term] = Fit("per_hidden", slope=p["mib_per_bs_per_hidden"])
+        else:
+            per = _PER_UNIT[term]
+            if per in p:
+                out[term] = Fit("per_unit", slope=p[per]) if fixed is None else Fit("affine", p[per], fixed)
+            elif fixed is not None:
+                raise MemfracError(f"--calibration {path}: terms.{term}.params: fixed_mib without {per}")
+            if term == "prefill_graph" and "mla_mib" in p:
+                out["prefill_graph_mla"] = Fit("flat", constant=p["mla_mib"])
+    return out
+
+
+def sized_by_note(d: dict[str, Any], rules: str) -> str | None:
+    """The line readers print when the calibration's evidence was sized by other rules than the ones applied."""
+    got = d.get("rules")
+    if got and got != rules:
+        return (f"calibration evidence sized by sglang {got} rules; applied with the {rules} rules "
+                f"(--rules): each calibrated shape replaces the same term of {rules}")  # fmt: skip
+    return None
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -5,10 +5,10 @@ fitted constant drops straight into the same line of memory_hook.py):
 
 | term | x (from today's reserve) | fitted constant |
 |---|---|---|
-| activation | tokens = reserved ÷ 1.5 | Q-quantile of measured ÷ x (MiB/token) |
-| decode_graph | decode max_bs = reserved ÷ 2 | Q-quantile of max(measured ÷ x, ladder slope) (MiB/bs) |
-| prefill_graph | buckets = reserved ÷ 8 (non-MLA) | Q-quantile of measured ÷ x (MiB/bucket); MLA: flat + margin |
-| parallel | tp·pp = reserved ÷ 128 | Q-quantile of measured ÷ x (MiB per tp·pp) |
+| activation | tokens = reserved ÷ ACTIVATION_MIB_PER_TOKEN | the shape chosen by held-out error (below) |
+| decode_graph | decode max_bs = reserved ÷ DECODE_GRAPH_MIB_PER_BS | the shape chosen by held-out error (below) |
+| prefill_graph | buckets = reserved ÷ PREFILL_GRAPH_MIB_PER_BUCKET (non-MLA) | by held-out error; MLA: flat + margin |
+| parallel | tp·pp = reserved ÷ PARALLEL_MIB_PER_TP_PP | the shape chosen by held-out error (below) |
 | constant | — | Q-quantile of measured + margin |
 | deepep_a2a | deepep_analytic_mib (T, hidden, experts, ranks) | analytic × (1 + overhead) + constant |
 | floor_topup | runs the floor sized | Q-quantile of what the pre-floor terms had to cover + margin |
@@ -34,19 +34,43 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from profiler.calibrate.judge import (
+    Evaluation,
+    floor_eligible,
+    heuristic_sized,
+    is_mla,
+    judge_run,
+    render_evaluation,
+    run_sum,
+    run_terms,
+    summarise,
+)
+from profiler.calibrate.shapes import DIVISOR as _DIVISOR
+from profiler.calibrate.shapes import Fit
 from profiler.core import ui
 from profiler.core.errors import MemfracError
 from profiler.model.deepep import DeepEPExample, deepep_examples
 from profiler.model.heuristic import DEFAULT_RULES
+from profiler.model.heuristic.constants import (
+    ACTIVATION_MIB_PER_TOKEN,
+    CONSTANT_MIB,
+    DECODE_GRAPH_MIB_PER_BS,
+    DEEPEP_A2A_MIB,
+    FLOOR_MIB,
+    PARALLEL_MIB_PER_TP_PP,
+    POST_FLOOR_TERMS,
+    PRE_FLOOR_TERMS,
+    PREFILL_GRAPH_MIB_PER_BUCKET,
+    PREFILL_GRAPH_MLA_MIB,
+)
 from profiler.model.heuristic.record import SGLANG_TERM_SOURCE, TERM_NAMES
-from profiler.model.modelcfg import MLA_ARCHITECTURES
 from profiler.model.scenario import BUNDLED_MODELS
 from profiler.results.frames import (
     LadderSlope,
@@ -61,12 +85,9 @@ from profiler.results.frames import (
 
 #: Floating-point slack when asking "is measured above the reserve?" (MiB).
 TOLERANCE_MIB = 1e-6
-#: sglang's floor applies on GPUs above this capacity (MiB).
-FLOOR_GPU_MIB = 60 * 1024
-FLOOR_MIB = 10 * 1024.0
 #: Terms sglang sums before the floor, and the ones it adds after it.
-PRE_FLOOR = ("constant", "activation", "parallel", "decode_graph", "dp_padding", "prefill_graph", "prefill_bcg_deepep")
-POST_FLOOR = ("deepep_a2a", "speculative", "xpu")
+PRE_FLOOR = PRE_FLOOR_TERMS
+POST_FLOOR = POST_FLOOR_TERMS
 _BAD_RUN = ("oom_during_capture", "oom_startup", "oom_runtime", "failed", "incomplete")
 #: A group (model family, attention backend, a2a backend) gets a fit of its own from this many runs.
 MIN_GROUP_RUNS = 3
@@ -109,23 +130,25 @@ class Spec:
 
 
 _SPEC_ROWS = (
-    ("constant", "constant", 512.0, "", "1 (absolute MiB)",
+    ("constant", "constant", CONSTANT_MIB, "", "1 (absolute MiB)",
      "probe runs: attention backends, eager runner, finalize, disaggregation init"),
-    ("activation", "activation", 1.5, "token", "tokens = reserved ÷ 1.5",
+    ("activation", "activation", ACTIVATION_MIB_PER_TOKEN, "token", f"tokens = reserved ÷ {ACTIVATION_MIB_PER_TOKEN:g}",
      "probe runs under serving load (runtime peak)"),
-    ("parallel", "parallel", 128.0, "tp·pp", "tp·pp = reserved ÷ 128",
+    ("parallel", "parallel", PARALLEL_MIB_PER_TP_PP, "tp·pp", f"tp·pp = reserved ÷ {PARALLEL_MIB_PER_TP_PP:g}",
      "probe runs: non-torch growth after the KV pool"),
-    ("decode_graph", "decode_graph", 2.0, "bs", "decode max_bs = reserved ÷ 2",
+    ("decode_graph", "decode_graph", DECODE_GRAPH_MIB_PER_BS, "bs",
+     f"decode max_bs = reserved ÷ {DECODE_GRAPH_MIB_PER_BS:g}",
      "a decode capture without attention DP (probe, or a log's capture line)"),
-    ("prefill_graph", "prefill_graph", 8.0, "bucket", "buckets = reserved ÷ 8", "a prefill capture of a non-MLA model"),
-    ("prefill_graph_mla", "prefill_graph", 1536.0, "", "1 (absolute MiB)", "a prefill capture of an MLA model"),
+    ("prefill_graph", "prefill_graph", PREFILL_GRAPH_MIB_PER_BUCKET, "bucket",
+     f"buckets = reserved ÷ {PREFILL_GRAPH_MIB_PER_BUCKET:g}", "a prefill capture of a non-MLA model"),
+    ("prefill_graph_mla", "prefill_graph", PREFILL_GRAPH_MLA_MIB, "", "1 (absolute MiB)",
+     "a prefill capture of an MLA model"),
     ("floor_topup", "floor_topup", FLOOR_MIB, "", "1 (absolute MiB)",
      "healthy runs the 10 GiB floor sized (GPU > 60 GiB), with used-after-KV"),
-    ("deepep_a2a", "deepep_a2a", 2048.0, "", "deepep_analytic_mib (NVL + RDMA + workspace bytes)",
+    ("deepep_a2a", "deepep_a2a", DEEPEP_A2A_MIB, "", "deepep_analytic_mib (NVL + RDMA + workspace bytes)",
      "probe runs with DeepEP (buffer creation)"),
 )  # fmt: skip
 SPECS: dict[str, Spec] = {r[0]: Spec(*r) for r in _SPEC_ROWS}
-_DIVISOR = {"activation": 1.5, "parallel": 128.0, "decode_graph": 2.0, "prefill_graph": 8.0}
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,30 +162,13 @@ class Obs:
     measured: float
     reserved: float  # today's reserve for this term in this run
     hidden: int | None = None
+    tp: int | None = None
     unit_floor: float | None = None  # a per-unit rate the constant must also cover (decode ladder slope)
     group: str = ""  # the worker start that measured it: leave-one-out leaves the whole start out
     family: str = ""  # model family (architecture without its head suffix)
     attention: str = ""  # attention backend, when the results record it
     a2a: str = ""  # moe_a2a_backend
     rules: str = ""  # the rule set (or range, "0.5.9 … 0.5.12 (3 rule sets)") today's reserve was computed with
-
-
-@dataclass(frozen=True, slots=True)
-class Fit:
-    """A fitted reserve: per_unit slope·x, per_hidden slope·x·hidden, flat constant, deepep slope·x + constant."""
-
-    form: str
-    slope: float = 0.0
-    constant: float = 0.0
-
-    def predict(self, o: Obs) -> float:
-        if self.form == "per_unit":
-            return self.slope * o.x
-        if self.form == "per_hidden":
-            return self.slope * o.x * (o.hidden or 0)
-        if self.form == "deepep":
-            return self.slope * o.x + self.constant
-        return self.constant
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +223,17 @@ class TermResult:
     lomo: HeldOut | None = None  # leave-one-model-out (None: fewer than two models)
     loo: HeldOut | None = None  # leave-one-worker-start-out, with residuals
     residuals: tuple[float, ...] = ()  # fitted − measured MiB, aligned with observations (≥ 0: covered)
+    candidates: tuple[Candidate, ...] = ()  # the shapes tried, each held out (per-unit terms)
+    shape_why: str = ""  # why the chosen shape won
+
+    @property
+    def thin(self) -> str | None:
+        """Why the fit rests on too little to patch (None: at least two runs of two models)."""
+        if self.runs < 2:
+            return f"rests on {self.runs} run"
+        if len(self.models) < 2:
+            return f"rests on one model ({self.models[0]})"
+        return None
 
     @property
     def runs(self) -> int:
@@ -263,10 +280,12 @@ class Calibration:
     notes: tuple[str, ...] = field(default=())
     rules: str = ""  # the sglang rule set the evidence was sized with (most runs')
     sglang_version: str | None = None  # the sglang release most evidence ran (None: not recorded)
+    held_out_reserve: Evaluation | None = None  # leave-one-model-out at the level of the whole reserve
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["terms"] = [asdict(t) | {"runs": t.runs} for t in self.terms]
+        d["held_out_reserve"] = None if self.held_out_reserve is None else self.held_out_reserve.as_dict()
         d["unobservable"] = [
             {"term": t, "why": w, "sglang_source": SGLANG_TERM_SOURCE[t]} for t, w in self.unobservable
         ]
@@ -276,12 +295,6 @@ class Calibration:
 # ---------------------------------------------------------------------------------------------------
 # Reading results directories
 # ---------------------------------------------------------------------------------------------------
-
-
-def is_mla(row: pd.Series, reserved: float) -> bool:
-    """MLA by architecture; an unknown architecture with exactly sglang's flat 1536 MiB counts as MLA."""
-    arch = as_text(row.get("architecture"))
-    return arch in MLA_ARCHITECTURES if arch else reserved == 1536.0
 
 
 def family(row: pd.Series) -> str:
@@ -345,6 +358,7 @@ def _obs(row: pd.Series, x: float, measured: float | None = None, unit_floor: fl
         measured=float(row["measured_mib"]) if measured is None else measured,
         reserved=float(row["reserved_mib"]),
         hidden=int(hidden) if hidden else None,
+        tp=int(tp) if (tp := as_float(row.get("tp"))) else None,
         unit_floor=unit_floor,
         group=as_text(row.get("group")) or str(row["run_id"]),
         family=family(row),
@@ -379,7 +393,8 @@ def observations(
     for _, r in _candidates(df, "prefill_graph").iterrows():
         key = "prefill_graph_mla" if is_mla(r, float(r["reserved_mib"])) else "prefill_graph"
         if take(key, r):
-            out[key].append(_obs(r, 1.0) if key == "prefill_graph_mla" else _obs(r, float(r["reserved_mib"]) / 8.0))
+            x = 1.0 if key == "prefill_graph_mla" else float(r["reserved_mib"]) / _DIVISOR[key]
+            out[key].append(_obs(r, x))
     for _, r in _candidates(df, "constant").iterrows():
         if take("constant", r):
             out["constant"].append(_obs(r, 1.0))
@@ -389,20 +404,6 @@ def observations(
             out["deepep_a2a"].append(_obs(r, analytic if analytic and analytic > 0 else 0.0))
     out["floor_topup"], excl["floor_topup"] = floor_observations(df[~df["run_id"].isin(derived)])
     return out, excl
-
-
-def _run_terms(df: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """run_id → its term rows (total excluded), for runs whose reservation was modelled."""
-    terms = df[(df["term"] != "total") & df["rules"].notna()]
-    return {str(k): g for k, g in terms.groupby("run_id", sort=True)}
-
-
-def _floor_eligible(total: pd.Series, terms: pd.DataFrame) -> bool:
-    gpu = as_float(total.get("gpu_total_mib"))
-    if gpu is not None:
-        return gpu > FLOOR_GPU_MIB
-    floor = terms[terms["term"] == "floor_topup"]["reserved_mib"]
-    return bool((floor.fillna(0) > 0).any())
 
 
 def _reserved(terms: pd.DataFrame, names: Sequence[str]) -> float:
@@ -419,7 +420,7 @@ def floor_observations(df: pd.DataFrame) -> tuple[list[Obs], list[Excluded]]:
     worker only gets free_at_start × (1 − mfs).
     """
     out, excl = [], []
-    by_run = _run_terms(df)
+    by_run = run_terms(df)
     totals = df[(df["term"] == "total") & ~df["verdict"].isin(_BAD_RUN)]
     for _, t in totals.iterrows():
         terms = by_run.get(str(t["run_id"]))
@@ -514,16 +515,125 @@ _FITTERS: dict[str, Callable[[Sequence[Obs], float, float], Fit]] = {
 }
 
 
+def envelope(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """(fixed, slope) of the lowest line that covers every (x, measured) point: min Σ (fixed + slope·x − y)
+    subject to every residual ≥ 0, fixed ≥ 0 and slope ≥ 0 — a two-variable linear programme, so the optimum
+    is a line through two points, a line through the origin and one point, or a flat line at the largest y.
+    Ties (one distinct x: nothing tells the fixed part from the slope) take the smallest slope: the whole
+    run is fixed, so it is neither scaled up nor down for another bs.
+    """
+    xs = np.array([p[0] for p in points], dtype=float)
+    ys = np.array([p[1] for p in points], dtype=float)
+    cands = [(float(ys.max()), 0.0)]
+    cands += [(0.0, float(y / x)) for x, y in zip(xs, ys, strict=True) if x > 0]
+    for i in range(len(xs)):
+        for j in range(i + 1, len(xs)):
+            if xs[i] != xs[j]:
+                s_ = float((ys[j] - ys[i]) / (xs[j] - xs[i]))
+                cands.append((float(ys[i] - s_ * xs[i]), s_))
+    tol = 1e-6 * max(1.0, float(np.abs(ys).max()))
+    ok = [(float(np.sum(a + b * xs - ys)), b, a) for a, b in cands
+          if a >= -tol and b >= -1e-12 and np.all(a + b * xs - ys >= -tol)]  # fmt: skip
+    _, slope, fixed = min(ok)
+    return max(0.0, fixed), max(0.0, slope)
+
+
+def fit_affine(obs: Sequence[Obs], q: float, margin: float) -> Fit:
+    """A fixed part plus a per-unit part: the lowest line covering every run (`envelope`); Q = 1 always."""
+    fixed, slope = envelope([(o.x, o.measured) for o in obs])
+    return Fit("affine", slope=slope, constant=fixed)
+
+
+def fit_affine_scaled(obs: Sequence[Obs], q: float, margin: float) -> Fit:
+    """A fixed part plus a per-bs part × hidden ÷ tp: the envelope over (bs · hidden ÷ tp, measured)."""
+    fixed, slope = envelope([(o.x * (o.hidden or 0) / max(o.tp or 1, 1), o.measured) for o in obs])
+    return Fit("affine_scaled", slope=slope, constant=fixed)
+
+
+def fit_per_hidden(obs: Sequence[Obs], q: float, margin: float) -> Fit:
+    return Fit("per_hidden", slope=upper_quantile([_ratio(o, True) for o in obs], q))
+
+
+def scaled_supported(obs: Sequence[Obs]) -> bool:
+    return bool(obs) and all(o.hidden for o in obs) and len({o.hidden / max(o.tp or 1, 1) for o in obs}) >= 2
+
+
+#: The shapes a per-unit term may take, in the order ties are broken (today's shape first).
+SHAPES: dict[str, tuple[str, Callable[[Sequence[Obs], float, float], Fit]]] = {
+    "ratio": ("MiB per unit, the largest per-run ratio (today's shape)", fit_per_unit),
+    "fixed + per unit": ("a fixed MiB plus MiB per unit (the lowest covering line)", fit_affine),
+    "per unit × hidden": ("MiB per unit per unit of hidden size", fit_per_hidden),
+    "fixed + per unit × hidden/tp": ("a fixed MiB plus MiB per unit × hidden ÷ tp (what a rank's graph holds)",
+                                     fit_affine_scaled),
+}  # fmt: skip
+SHAPED = ("activation", "parallel", "decode_graph", "prefill_graph")
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One shape of a term, judged held out: each model (or, with one model, each worker start) left out."""
+
+    shape: str
+    fit: Fit
+    held: HeldOut | None
+    under: int  # held-out runs it under-reserves
+    mean_abs_mib: float | None  # mean |held-out prediction − measured|
+    worst_under_mib: float | None  # the largest held-out shortfall (MiB, ≥ 0)
+    chosen: bool = False
+    notes: tuple[str, ...] = ()
+
+
+def shape_candidates(key: str, obs: Sequence[Obs], q: float, margin: float) -> tuple[tuple[Candidate, ...], str]:
+    """Every shape the data supports, each held out, and the chosen one with why (fewest held-out runs
+    under-reserved, then the smallest mean held-out error; ties keep the earlier shape, today's first)."""
+    names = ["ratio", "fixed + per unit"]
+    if key == "decode_graph" and shape_supported(obs):
+        names.append("per unit × hidden")
+    if key == "decode_graph" and scaled_supported(obs):
+        names.append("fixed + per unit × hidden/tp")
+    by = "model" if len({o.model for o in obs}) >= 2 else "worker start"
+    out: list[Candidate] = []
+    for n in names:
+        fitter = SHAPES[n][1]
+        h = held_out(key, obs, q, margin, by, fitter=fitter)
+        res = [r for _, r in h.residuals] if h else []
+        notes = []
+        if n == "ratio" and any(o.unit_floor is not None and o.unit_floor > o.measured / o.x for o in obs):
+            notes.append("ladder slope binds: a run's first capture costs more per bs than its whole term")
+        out.append(Candidate(n, fitter(obs, q, margin), h, len(h.under) if h else 0,
+                             float(np.mean(np.abs(res))) if res else None,
+                             max([-r for r in res if r < 0], default=0.0) if res else None,
+                             notes=tuple(notes)))  # fmt: skip
+    judged = [c for c in out if c.held is not None]
+    if not judged:
+        why = "one model and one worker start: no shape can be judged held out; today's shape (ratio) kept"
+        return tuple(replace(c, chosen=c.shape == "ratio") for c in out), why
+    best = min(judged, key=lambda c: (c.under, c.mean_abs_mib if c.mean_abs_mib is not None else math.inf))
+    others = [c for c in judged if c is not best]
+    why = (f"{best.shape}: {best.under} held-out run(s) under-reserved, mean held-out error "
+           f"{best.mean_abs_mib or 0:,.1f} MiB (leave-one-{by}-out)")  # fmt: skip
+    if others:
+        why += "; " + "; ".join(f"{c.shape}: {c.under} under, {c.mean_abs_mib or 0:,.1f} MiB" for c in others)
+    return tuple(replace(c, chosen=c is best) for c in out), why
+
+
 def _under(fit: Fit, o: Obs) -> bool:
     return o.measured > fit.predict(o) + TOLERANCE_MIB
 
 
-def held_out(key: str, obs: Sequence[Obs], q: float, margin: float, by: str = "worker start") -> HeldOut | None:
+def held_out(
+    key: str,
+    obs: Sequence[Obs],
+    q: float,
+    margin: float,
+    by: str = "worker start",
+    fitter: Callable[[Sequence[Obs], float, float], Fit] | None = None,
+) -> HeldOut | None:
     """Each set of runs (one worker start, or one model) predicted by the fit on all the others.
 
     None when there are fewer than two sets: nothing can be held out.
     """
-    fitter = _FITTERS[key]
+    fitter = fitter or _FITTERS[key]
     if key == "deepep_a2a":
         obs = [o for o in obs if o.x > 0] or list(obs)
     label = (lambda o: o.group) if by == "worker start" else (lambda o: o.model)
@@ -553,6 +663,10 @@ def _formula(spec: Spec, fit: Fit) -> str:
         return f"{fit.slope:.4g} MiB/{spec.unit}"
     if fit.form == "per_hidden":
         return f"{fit.slope * 1024:.4g} MiB/{spec.unit} per 1024 of hidden size ({fit.slope:.4g} × bs × hidden)"
+    if fit.form == "affine":
+        return f"{fit.constant:.0f} MiB + {fit.slope:.4g} MiB/{spec.unit}"
+    if fit.form == "affine_scaled":
+        return f"{fit.constant:.0f} MiB + {fit.slope * 1024:.4g} MiB/{spec.unit} per 1024 of hidden ÷ tp"
     if fit.form == "deepep":
         over = f"overhead {fit.slope - 1:+.1%}"
         return f"deepep_total(T, hidden, experts, ranks) × {fit.slope:.4g} + {fit.constant:.0f} MiB ({over})"
@@ -561,8 +675,9 @@ def _formula(spec: Spec, fit: Fit) -> str:
 
 def _fit_value(fit: Fit) -> float:
     """A fit as one number in its term's unit: the slope (per hidden: per 1024 of hidden size) or the MiB."""
-    return fit.slope * 1024 if fit.form == "per_hidden" else fit.slope if fit.form in ("per_unit", "deepep") else (
-        fit.constant)  # fmt: skip
+    if fit.form in ("per_hidden", "affine_scaled"):
+        return fit.slope * 1024
+    return fit.slope if fit.form in ("per_unit", "deepep", "affine") else fit.constant
 
 
 _DIMENSIONS: tuple[tuple[str, Callable[[Obs], str]], ...] = (
@@ -602,12 +717,15 @@ def _groups(key: str, obs: Sequence[Obs], q: float, margin: float) -> tuple[Grou
 
 def _form_note(key: str, obs: Sequence[Obs], fit: Fit) -> str:
     models = len({o.model for o in obs})
+    if fit.form in ("affine", "affine_scaled"):
+        return f"{'a fixed part plus a per-unit part' if fit.form == 'affine' else 'fixed + per bs × hidden ÷ tp'}" \
+               f" ({models} model(s))"  # fmt: skip
     if key == "decode_graph":
         if fit.form == "per_hidden":
             return f"per hidden size: {len({o.hidden for o in obs})} hidden sizes across {models} models"
         why = "one model" if models < 2 else f"{models} models, hidden size not known for every run"
         floors = sum(o.unit_floor is not None for o in obs)
-        return f"one constant ({why})" + (f"; {floors} run(s) also bound by their ladder slope" if floors else "")
+        return f"one constant ({why})" + (f"; {floors} run(s) with a ladder slope" if floors else "")
     if key == "deepep_a2a":
         if fit.form == "flat":
             return "flat: no analytic DeepEP size recorded beside the measurements"
@@ -627,15 +745,22 @@ def evaluate_term(
         formula = "no evidence from read inputs" if excluded else "not observable in these results"
         return TermResult(key, spec.term, src, spec.today, spec.unit, (), None, formula, "", (), (), 0, (),
                           excluded=tuple(excluded))  # fmt: skip
-    fit = _FITTERS[key](obs, q, margin)
+    fitter = _FITTERS[key]
+    candidates: tuple[Candidate, ...] = ()
+    shape_why = ""
+    if key in SHAPED:
+        candidates, shape_why = shape_candidates(key, obs, q, margin)
+        chosen = next(c for c in candidates if c.chosen)
+        fitter = SHAPES[chosen.shape][1]
+    fit = fitter(obs, q, margin)
     notes: list[str] = []
     if key == "deepep_a2a" and any(o.x <= 0 for o in obs) and fit.form == "deepep":
         notes.append(f"{sum(o.x <= 0 for o in obs)} run(s) without an analytic size were left out of the fit")
         obs = [o for o in obs if o.x > 0]
-    loo = held_out(key, obs, q, margin, "worker start")
+    loo = held_out(key, obs, q, margin, "worker start", fitter=fitter)
     if loo is None:
         notes.append("one worker start: leave-one-out needs at least two")
-    lomo = held_out(key, obs, q, margin, "model")
+    lomo = held_out(key, obs, q, margin, "model", fitter=fitter)
     if lomo is None:
         notes.append("one model: leave-one-model-out needs at least two")
     return TermResult(
@@ -644,64 +769,13 @@ def evaluate_term(
         under_fitted=tuple(o.run_id for o in obs if _under(fit, o)), loo_tested=loo.tested if loo else 0,
         loo_under=loo.under if loo else (), groups=_groups(key, obs, q, margin), notes=tuple(notes),
         excluded=tuple(excluded), lomo=lomo, loo=loo, residuals=tuple(fit.predict(o) - o.measured for o in obs),
+        candidates=candidates, shape_why=shape_why,
     )  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------------
 # KV memory recovered
 # ---------------------------------------------------------------------------------------------------
-
-
-def _new_term(key: str, fits: dict[str, Fit], row: pd.Series) -> float | None:
-    """This run's term under the fitted constants (None: no fit, or the run lacks what it scales with)."""
-    r = float(row["reserved_mib"]) if as_float(row["reserved_mib"]) is not None else 0.0
-    if r <= 0:
-        return None
-    if key == "prefill_graph":
-        key = "prefill_graph_mla" if is_mla(row, r) else "prefill_graph"
-    fit = fits.get(key)
-    if fit is None:
-        return None
-    if key == "deepep_a2a":
-        analytic = as_float(row.get("deepep_analytic_mib")) or 0.0
-        if fit.form == "deepep" and analytic <= 0:
-            return None
-        return fit.predict(_obs(row, analytic, measured=0.0))
-    x = r / _DIVISOR[key] if key in _DIVISOR else 1.0
-    o = _obs(row, x, measured=0.0)
-    if fit.form == "per_hidden" and not o.hidden:
-        return None
-    return fit.predict(o)
-
-
-def _totals(terms: pd.DataFrame, fits: dict[str, Fit], floor_on: bool) -> tuple[float, float]:
-    """(today's reserve, the reserve with the fitted constants) of one run: max(pre, floor) + post."""
-    today = {"pre": 0.0, "post": 0.0}
-    new = {"pre": 0.0, "post": 0.0}
-    act_on = bool((terms[terms["term"] == "activation"]["reserved_mib"].fillna(0) > 0).any())
-    for _, row in terms.iterrows():
-        name = str(row["term"])
-        if name in ("floor_topup", "vlm_scaling"):
-            continue
-        r = as_float(row["reserved_mib"]) or 0.0
-        side = "post" if name in POST_FLOOR else "pre"
-        fitted = None if "+" in name or (name == "constant" and not act_on) else _new_term(name, fits, row)
-        today[side] += r
-        new[side] += r if fitted is None else fitted
-    floor_new = fits["floor_topup"].constant if "floor_topup" in fits else FLOOR_MIB
-    t = (max(today["pre"], FLOOR_MIB) if floor_on else today["pre"]) + today["post"]
-    n = (max(new["pre"], floor_new) if floor_on else new["pre"]) + new["post"]
-    return t, n
-
-
-def heuristic_sized(total: pd.Series) -> bool:
-    """Whether the heuristic set this run's fraction: not given by the user, and (GPU known) equal to it."""
-    if as_text(total.get("mfs_origin")) == "given":
-        return False
-    mfs, hf = as_float(total.get("mfs")), as_float(total.get("heuristic_fraction"))
-    if as_text(total.get("mfs_origin")) != "auto" and as_float(total.get("gpu_total_mib")) and mfs and hf:
-        return abs(mfs - hf) < 0.0015
-    return True
 
 
 def kv_recovered(df: pd.DataFrame, fits: dict[str, Fit]) -> tuple[KvRecovered, ...]:
@@ -712,7 +786,7 @@ def kv_recovered(df: pd.DataFrame, fits: dict[str, Fit]) -> tuple[KvRecovered, .
     Runs whose fraction the heuristic did not set (given by the user) are counted apart: changing the
     constants would not change their pool.
     """
-    by_run = _run_terms(df)
+    by_run = run_terms(df)
     acc: dict[str, dict[str, float]] = {}
     for _, t in df[df["term"] == "total"].iterrows():
         terms = by_run.get(str(t["run_id"]))
@@ -723,7 +797,7 @@ def kv_recovered(df: pd.DataFrame, fits: dict[str, Fit]) -> tuple[KvRecovered, .
         if not heuristic_sized(t):
             a["given"] += 1
             continue
-        today, new = _totals(terms, fits, _floor_eligible(t, terms))
+        today, new, _ = run_sum(terms, fits, floor_eligible(t, terms))
         delta = today - new
         gpu, start = as_float(t.get("gpu_total_mib")), as_float(t.get("free_at_start_mib"))
         if gpu and start:
@@ -815,7 +889,9 @@ def calibrate(
                           de.predict(Obs("", e.model, "", e.heap_rounded_mib, 0.0, 0.0)))
             for e in deepep_examples(models_dir or BUNDLED_MODELS)
         )  # fmt: skip
+    held = held_out_reserve(df, obs, excluded, quantile_q, margin_mib, derived)
     return Calibration(
+        held_out_reserve=held,
         results=tuple(str(r) for r in results), quantile=quantile_q, margin_mib=margin_mib,
         runs=int(df["run_id"].nunique()), terms=terms, unobservable=_unobservable(terms, df),
         scenarios_under_today=union("under_today"), scenarios_under_fitted=union("under_fitted"),
@@ -823,6 +899,45 @@ def calibrate(
         deepep_examples=examples, notes=tuple(notes), rules=_most_common(df, terms, "rules") or DEFAULT_RULES.name,
         sglang_version=_most_common(df, terms, "sglang_version"),
     )  # fmt: skip
+
+
+def held_out_reserve(
+    df: pd.DataFrame,
+    obs: dict[str, list[Obs]],
+    excluded: dict[str, list[Excluded]],
+    q: float,
+    margin: float,
+    derived: set[str] = frozenset(),  # type: ignore[assignment]
+) -> Evaluation | None:
+    """Leave-one-model-out at the level of the whole reserve: for each model, every term refitted without its
+    runs, and its runs judged (`judge.judge_run`: new OOMs, OOMs avoided, KV gained) under those fits.
+
+    None when fewer than two models are in the evidence: nothing can be held out.
+    """
+    models = sorted({o.model for v in obs.values() for o in v})
+    if len(models) < 2:
+        return None
+
+    def fits_without(m: str | None) -> dict[str, Fit]:
+        fits = {}
+        for k in SPECS:
+            rest = [o for o in obs[k] if o.model != m]
+            if rest:
+                t = evaluate_term(k, rest, q, margin, excluded[k])
+                if t.fit is not None:
+                    fits[k] = t.fit
+        return fits
+
+    cache = {m: fits_without(m) for m in models}
+    everything = fits_without(None)
+    by_run = run_terms(df)
+    runs = [
+        judge_run(t, by_run.get(str(t["run_id"])), cache.get(short_model(t), everything))
+        for _, t in df[(df["term"] == "total") & ~df["run_id"].isin(derived)].iterrows()
+    ]
+    return summarise("leave-one-model-out", runs, [
+        f"each of {len(models)} models judged under the fits without it; runs of models that are not evidence "
+        "for any term under the fits on everything (held out already)"])  # fmt: skip
 
 
 def _most_common(df: pd.DataFrame, terms: Sequence[TermResult], col: str) -> str | None:
@@ -916,6 +1031,19 @@ def render_text(c: Calibration) -> str:
                     g = [[x.dimension, x.group, x.runs, f"{x.value:.4g}"] for x in rows]
                     lines.append(ui.table(["by", "group", "runs", unit], g, right=[False, False, True, True],
                                           title=title))  # fmt: skip
+            if t.candidates:
+                by = next((c.held.by for c in t.candidates if c.held), None)
+                cand = [[c.shape, _formula(SPECS[t.key], c.fit),
+                         "n/a" if c.held is None else f"{c.under}/{c.held.tested}",
+                         "—" if c.mean_abs_mib is None else f"{c.mean_abs_mib:,.1f}",
+                         "—" if c.worst_under_mib is None else f"{c.worst_under_mib:,.1f}", "yes" if c.chosen else ""]
+                        for c in t.candidates]  # fmt: skip
+                lines.append(ui.table(
+                    ["shape", "fitted on all", "held-out under", "mean |error| MiB", "worst under MiB", "chosen"], cand,
+                    right=[False, False, True, True, True, False],
+                    title=f"{_label(t)} shapes, each held out ({'leave-one-' + by + '-out' if by else 'not held out'})",
+                    caption=f"chosen: {t.shape_why}" + (f"; not patched: the fit {t.thin}" if t.thin else ""),
+                ))  # fmt: skip
             lines += [f"  note: {n}" for n in t.notes]
         if t.excluded:
             lines += ["", f"{_label(t)}: {len(t.excluded)} run(s) excluded from the fit:"]
@@ -940,6 +1068,11 @@ def render_text(c: Calibration) -> str:
     ]
     lines += [f"  fitted, under: {r}" for r in c.scenarios_under_fitted]
     lines += [f"  leave-one-out, under: {r}" for r in c.scenarios_loo_under]
+    if c.held_out_reserve is not None:
+        lines += ["", render_evaluation(c.held_out_reserve, "the whole reserve, leave-one-model-out (each model's runs "
+                                        "judged under the fits without it)")]  # fmt: skip
+    else:
+        lines += ["", "the whole reserve, leave-one-model-out: n/a (fewer than two models in the evidence)"]
     lines += ["", "KV memory recovered with the fitted constants (negative: given up to stop under-reservation):"]
     kv = [[k.mode, k.runs, f"{k.mib:,.0f}", f"{k.mean_mib:,.0f}", None if k.tokens is None else f"{k.tokens:,}",
            k.runs_without_bytes_per_token, k.runs_given_mfs] for k in c.kv]  # fmt: skip

@@ -8,7 +8,6 @@ installed one does (`term_formula`: the decode graph has been 2 MiB × max_bs si
 formula differs is left as it is, with the reason. The calibration file itself: `profiler.calibrate.codec`.
 """
 
-
 from __future__ import annotations
 
 import difflib
@@ -21,6 +20,7 @@ from profiler.calibrate.codec import ceil_sig, patch_refusal
 from profiler.calibrate.fit import SPECS, Calibration, TermResult
 from profiler.core.errors import MemfracError
 from profiler.logs.reserve import rule_sets_named
+from profiler.model.heuristic.constants import ACTIVATION_MIB_PER_TOKEN, FLOOR_MIB, PREFILL_GRAPH_MLA_MIB
 from profiler.model.heuristic.rules import RULE_SETS, RuleSet
 
 HOOK_PATH = "sglang/srt/arg_groups/memory_hook.py"
@@ -36,15 +36,16 @@ class Edit:
     after: str | None = None  # a stripped line it follows (for a text that occurs twice in the function)
 
 
+_ACT = f"reserved_mem += activation_tokens * {ACTIVATION_MIB_PER_TOKEN:g}"
 EDITS = (
     Edit("constant", "handle_gpu_memory_settings", "reserved_mem = 512"),
-    Edit("activation", "handle_gpu_memory_settings", "reserved_mem += activation_tokens * 1.5"),
+    Edit("activation", "handle_gpu_memory_settings", _ACT),
     Edit("parallel", "handle_gpu_memory_settings", "reserved_mem += cfg.tp_size * cfg.pp_size / 8 * 1024",
-         after="reserved_mem += activation_tokens * 1.5"),
-    Edit("floor_topup", "handle_gpu_memory_settings", "reserved_mem = max(reserved_mem, 10 * 1024)"),
+         after=_ACT),
+    Edit("floor_topup", "handle_gpu_memory_settings", f"reserved_mem = max(reserved_mem, {FLOOR_MIB / 1024:g} * 1024)"),
     Edit("decode_graph", "reserve_for_graph_mb", "reserved_mem += decode_cuda_graph_config.max_bs * 2"),
     Edit("prefill_graph", "reserve_for_graph_mb", "reserved_mem += len(prefill_cuda_graph_config.bs) * 8"),
-    Edit("prefill_graph_mla", "reserve_for_graph_mb", "reserved_mem += 1.5 * 1024"),
+    Edit("prefill_graph_mla", "reserve_for_graph_mb", f"reserved_mem += {PREFILL_GRAPH_MLA_MIB / 1024:g} * 1024"),
     Edit("deepep_a2a", "reserve_for_deepep_a2a_mb", "return 2 * 1024"),
 )  # fmt: skip
 
@@ -59,6 +60,15 @@ def _new_line(t: TermResult) -> str:
     if t.key == "decode_graph" and f.form == "per_hidden":
         return f"reserved_mem += decode_cuda_graph_config.max_bs * model_config_of(server_args).hidden_size * " \
                f"{ceil_sig(f.slope, 4)!r}"  # fmt: skip
+    if t.key in ("decode_graph", "prefill_graph", "activation", "parallel") and f.form in ("affine", "affine_scaled"):
+        per = {"decode_graph": "decode_cuda_graph_config.max_bs", "prefill_graph": "len(prefill_cuda_graph_config.bs)",
+               "activation": "activation_tokens", "parallel": "cfg.tp_size * cfg.pp_size"}[t.key]  # fmt: skip
+        if f.form == "affine_scaled":
+            per += " * model_config_of(server_args).hidden_size / cfg.tp_size"
+        lead = "reserved_mem = " if t.key == "constant" else "reserved_mem += "
+        if f.slope == 0:  # the lowest covering line is flat: no per-unit part
+            return f"{lead}{_num(ceil_sig(f.constant, 4))}"
+        return f"{lead}{_num(ceil_sig(f.constant, 4))} + {per} * {_num(ceil_sig(f.slope, 4))}"
     v = ceil_sig(f.slope if f.form == "per_unit" else f.constant, 4)
     return {
         "constant": f"reserved_mem = {_num(v)}",
@@ -82,9 +92,13 @@ def _comment(t: TermResult, c: Calibration, target: RuleSet) -> list[str]:
     named = {rs.name for lb in labels for rs in rule_sets_named(lb) if term_formula(rs, t.key)}
     sized = [n for n in RULE_SETS if n in named]  # in release order
     span = sized[0] if len(sized) == 1 else f"{sized[0]} … {sized[-1]}" if sized else ""
+    h = c.held_out_reserve
+    kv = "" if h is None else ", ".join(f"{m.mode} {m.kv_gained_mib:+,.0f} MiB" for m in h.modes if m.runs)
     return [
         f"memfrac calibrate ({q} of {t.runs} runs, {len(t.models)} model(s), {t.starts} worker start(s); "
         f"was {today:g}):",
+        f"  shape {t.fit.form if t.fit else '—'}; held out by model: new OOMs {0 if h is None else h.new_ooms}, "
+        f"KV gained {kv or '—'}.",
         f"  {t.formula}; fitted − measured {res} MiB; {lo}; {lomo}.",
     ] + ([f"  {len(t.excluded)} run(s) excluded (defaulted/unknown inputs, estimates, host memory)."]
          if t.excluded else []) + (
@@ -141,11 +155,13 @@ def term_formula(rs: RuleSet, key: str) -> str | None:
     tokens = "decode nodes: running requests × draft tokens" if rs.role_aware else "chunked prefill size"
     return {
         "constant": "512 MiB",
-        "activation": f"1.5 MiB × tokens ({tokens})",
+        "activation": f"{ACTIVATION_MIB_PER_TOKEN:g} MiB × tokens ({tokens})",
         "parallel": "tp·pp / 8 GiB",
         "decode_graph": "2 MiB × decode max_bs",
         "prefill_graph": "8 MiB × prefill buckets" if buckets else None,
-        "prefill_graph_mla": "1.5 GiB flat (MLA)" if buckets and rs.pcg_mla_flat else None,
+        "prefill_graph_mla": f"{PREFILL_GRAPH_MLA_MIB / 1024:g} GiB flat (MLA)"
+        if buckets and rs.pcg_mla_flat
+        else (None),
         "floor_topup": "max(terms, 10 GiB) on GPUs > 60 GiB",
         "deepep_a2a": f"{rs.deepep_a2a_mib:g} MiB (DeepEP, after the floor)" if rs.deepep_a2a_mib else None,
     }[key]
@@ -170,6 +186,26 @@ def carry_refusal(t: TermResult, target: RuleSet) -> str | None:
     return None
 
 
+def evaluation_refusal(c: Calibration) -> str | None:
+    """Why no patch may be written at all (None: the whole-reserve leave-one-model-out shows no new OOM and a KV
+    gain). The evaluation itself is printed by `memfrac calibrate` above the refusal."""
+    h = c.held_out_reserve
+    if h is None:
+        return "the evidence holds fewer than two models: no leave-one-model-out evaluation of the whole reserve"
+    if not h.judged:
+        return "no run could be judged at the level of the whole reserve (see the reasons in the evaluation)"
+    if h.new_ooms:
+        bad = [r.run_id for r in h.runs if r.new_oom]
+        return f"held out, the calibrated fraction runs {h.new_ooms} run(s) out of memory ({', '.join(bad[:3])})"
+    if h.kv_gained_mib <= 0:
+        return (f"held out, the calibrated fraction gains no KV cache ({h.kv_gained_mib:+,.0f} MiB over "
+                f"{len(h.judged)} judged run(s)): it would move memory from the KV cache for no OOM avoided"
+                if not h.ooms_avoided else
+                f"held out it avoids {h.ooms_avoided} OOM(s) but gives up {-h.kv_gained_mib:,.0f} MiB of KV cache: "
+                "a trade a maintainer decides, not the patch")  # fmt: skip
+    return None
+
+
 def make_patch(c: Calibration, sglang_dir: Path | None = None, version: str | None = None) -> Patch:
     """The unified diff of the installed memory_hook.py with every justified constant replaced (and cited).
 
@@ -179,6 +215,9 @@ def make_patch(c: Calibration, sglang_dir: Path | None = None, version: str | No
     """
     from profiler.model.heuristic import rules_for
 
+    gate = evaluation_refusal(c)
+    if gate is not None:
+        raise MemfracError(f"--emit-patch: refused: {gate}")
     installed, hook = installed_hook(sglang_dir)
     installed = version if version is not None else installed
     if not installed:

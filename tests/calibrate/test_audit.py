@@ -148,10 +148,10 @@ def test_dsv3_deepep_decode_row_is_over_its_reserve_and_dsv3_at_tp1_does_not_fit
 
 def test_calibrated_reserve_by_hand(tmp_path):
     cal = tmp_path / "calibration.json"
-    cal.write_text(json.dumps({"rules": "0.5.23", "terms": {
-        "decode_graph": {"formula": "24 MiB per bs", "params": {"form": "per_unit", "slope": 24.0}}}}))  # fmt: skip
+    cal.write_text(json.dumps({"schema_version": 1, "rules": "0.5.23", "terms": {
+        "decode_graph": {"formula": "24 MiB/bs", "params": {"mib_per_bs": 24.0}}}}))  # fmt: skip
     rules, c = read_calibration(cal)
-    assert rules == "0.5.23" and c["decode_graph"].slope == 24.0
+    assert rules == "0.5.23" and (c["decode_graph"].form, c["decode_graph"].slope) == ("per_unit", 24.0)
     df = evaluate_space(
         make_space(models=["meta-llama--Llama-3.1-70B-Instruct"], gpus=["H200"], modes=["decode"]), RULES, c
     )
@@ -162,15 +162,54 @@ def test_calibrated_reserve_by_hand(tmp_path):
     assert "under_reserved_calibrated" in set(f["kind"])
 
 
+def test_what_calibrate_writes_round_trips_through_audit(tmp_path, capsys):
+    """issue 16: calibrate writes {"mib_per_bs": 17.92}; audit used to expect {"form","slope","constant"} and
+    turned decode_graph into a flat 0. Llama-3.1-8B decode on H200 (tp 1, 0.5.23): today 512 + 256·1.5
+    (decode: max(max_bs 256, 2048) = 2048 tokens → 3072) + 128 + 256·2 = 4224 → floor 10240. With 17.92 MiB/bs:
+    512 + 3072 + 128 + 256·17.92 = 8299.52 → still the floor: 10240. With a fixed 4000 + 17.92/bs: 12299.52."""
+    from profiler.calibrate.codec import write_calibration
+    from profiler.calibrate.fit import calibrate
+    from tests.fixtures.results.handmade import run_rows, write_frame
+
+    rows = []
+    for i, (bs, mib) in enumerate(((4, 71.68), (512, 1474.56))):  # 17.92 and 2.88 MiB/bs: ratio → 17.92
+        rows += run_rows(f"r{i}", {"decode_graph": (2.0 * bs, mib, "under")}, model=f"m/{i}", group=f"g{i}")
+    cal = calibrate([str(write_frame(tmp_path / "res", rows))])
+    path = tmp_path / "cal.json"
+    doc = write_calibration(cal, path)
+    _, c = read_calibration(path)
+    f = c["decode_graph"]
+    assert doc["terms"]["decode_graph"]["params"] == {"mib_per_bs": 17.92} or f.form == "affine"
+    space = make_space(models=["meta-llama--Llama-3.1-8B-Instruct"], gpus=["H200"], modes=["decode"])
+    df = evaluate_space(space, RULES, c)
+    r = df[(df["tp"] == 1) & (df["graphs"] == "default") & ~df["post_capture_env"] & (df["backend"] == "none")]
+    r = r.iloc[0]
+    assert r["reserved_mib"] == 10240.0
+    assert r["calibrated_reserved_mib"] == pytest.approx(max(10240.0, 3712.0 + f.reserve(256.0)))
+    hand = tmp_path / "hand.json"
+    hand.write_text(json.dumps({"schema_version": 1, "rules": "0.5.9", "terms": {
+        "decode_graph": {"params": {"mib_per_bs": 17.92, "fixed_mib": 4000.0}}}}))  # fmt: skip
+    _, c2 = read_calibration(hand)
+    r2 = evaluate_space(space, RULES, c2)
+    r2 = r2[(r2["tp"] == 1) & (r2["graphs"] == "default") & ~r2["post_capture_env"] & (r2["backend"] == "none")]
+    assert r2.iloc[0]["calibrated_reserved_mib"] == pytest.approx(12299.52)
+    # --rules decides the rules (0.5.23 by default), never the file's 0.5.9; the output says so
+    assert run_audit(["meta-llama--Llama-3.1-8B-Instruct"], ["H200"], ["decode"], ["none"], str(hand),
+                     str(tmp_path / "a")) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "sglang 0.5.23 rules" in out
+    assert "calibration evidence sized by sglang 0.5.9 rules; applied with the 0.5.23 rules (--rules)" in out
+
+
 def test_calibration_errors_are_one_line(tmp_path):
     p = tmp_path / "c.json"
     p.write_text("{}")
-    with pytest.raises(MemfracError, match="no 'terms' table"):
+    with pytest.raises(MemfracError, match="no 'terms' object"):
         read_calibration(p)
-    p.write_text(json.dumps({"terms": {"activation": {"params": {"form": "cubic"}}}}))
-    with pytest.raises(MemfracError, match=r"terms\.activation\.params\.form 'cubic'"):
+    p.write_text(json.dumps({"schema_version": 1, "terms": {"activation": {"params": {"form": 1.0}}}}))
+    with pytest.raises(MemfracError, match=r"terms\.activation\.params\.form: unknown name; activation takes"):
         read_calibration(p)
-    with pytest.raises(MemfracError, match="not found"):
+    with pytest.raises(MemfracError, match="no such file"):
         read_calibration(tmp_path / "none.json")
 
 

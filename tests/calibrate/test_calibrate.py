@@ -79,19 +79,33 @@ def test_decode_quantile_and_leave_one_out(tmp_path: Path) -> None:
     assert t5.under_fitted == ("run2",)
 
 
-def test_decode_ladder_slope_binds_the_constant(tmp_path: Path) -> None:
-    # ladder (bs, cumulative MiB): (8, 20), (16, 100), (32, 260) lies on used = 10·bs − 60: slope 10 MiB/bs,
-    # while the whole capture is 260 MiB at max_bs 32 → 8.125 MiB/bs. The constant must cover the slope.
-    rows = run_rows("lad", {"decode_graph": (64.0, 260.0, "under")})
-    ladder = [
-        {"run_id": "lad", "scenario": "lad", "bs": bs, "used_mib": u} for bs, u in ((8, 20), (16, 100), (32, 260))
-    ]
-    cal = calibrate([str(write_frame(tmp_path / "res", rows, ladder))])
+#: A probe ladder as sglang captures it (tests/fakes/sim_worker.py DECODE_RUNGS): largest bs first, each rung
+#: the pool growth of that capture; stored cumulative (ladder.parquet), in capture order.
+SIM_RUNGS = [(256, 900.0), (128, 20.0), (64, 10.0), (32, 6.0), (16, 4.0), (8, 2.0), (4, 2.0), (2, 2.0), (1, 2.0)]
+
+
+def capture_order_ladder(run_id: str) -> list[dict[str, object]]:
+    out, cum = [], 0.0
+    for k, (bs, grow) in enumerate(SIM_RUNGS):
+        cum += grow
+        out.append({"run_id": run_id, "scenario": run_id, "bs": bs, "capture_index": k, "used_mib": cum})
+    return out
+
+
+def test_ladder_slope_of_a_capture_order_ladder(tmp_path: Path) -> None:
+    # cumulative in capture order: 900, 920, 930, 936, 940, 942, 944, 946, 948 at bs 256 … 1. A least-squares
+    # line through (bs, cumulative) falls: −0.179 MiB/bs (issue 17 item 6). The first, largest capture sets the
+    # pool: 900 MiB ÷ 256 = 3.515625 MiB/bs; the smaller captures add 948 − 900 = 48 MiB.
+    # The run's decode term measured 700 MiB at max_bs 256 (2.734 MiB/bs): the ladder slope binds → 3.515625.
+    rows = run_rows("lad", {"decode_graph": (512.0, 700.0, "under")})
+    cal = calibrate([str(write_frame(tmp_path / "res", rows, capture_order_ladder("lad")))])
+    (s,) = cal.ladders
+    assert (s.run_id, s.points, s.max_bs, s.max_used_mib) == ("lad", 9, 256, 948.0)
+    assert s.slope_mib_per_bs == pytest.approx(3.515625) and (s.top_mib, s.rest_mib) == (900.0, 48.0)
     t = term(cal, "decode_graph")
-    assert t.fit.slope == pytest.approx(10.0)
-    assert [(s.run_id, s.points, s.max_bs) for s in cal.ladders] == [("lad", 3, 32)]
-    assert cal.ladders[0].slope_mib_per_bs == pytest.approx(10.0)
-    assert "ladder slope" in t.form_note
+    ratio = next(c for c in t.candidates if c.shape == "ratio")
+    assert ratio.fit.slope == pytest.approx(3.515625)
+    assert "ladder slope" in t.form_note or any("ladder" in n for n in ratio.notes)
 
 
 def test_decode_per_hidden_size_with_two_shapes(tmp_path: Path) -> None:
@@ -220,14 +234,25 @@ def test_groups_need_the_minimum_count(tmp_path: Path) -> None:
 
 def test_activation_per_token(tmp_path: Path) -> None:
     # run a: reserved 12288 → 8192 tokens, measured 4096 → 0.5 MiB/token
-    # run b: reserved 3072 → 2048 tokens, measured 2048 → 1.0 MiB/token  → fitted 1.0
+    # run b: reserved 3072 → 2048 tokens, measured 2048 → 1.0 MiB/token
+    # One model, two worker starts: the shape is chosen leave-one-start-out.
+    #   ratio: a by b's 1.0 → 8192 (+4096); b by a's 0.5 → 1024 (−1024, under): 1 under, mean |err| 2560
+    #   fixed + per token: one point left, so all of it is fixed: a by 2048 (−2048, under), b by 4096 (+2048):
+    #   1 under, mean |err| 2048 → chosen. On both: the line through (2048, 2048) and (8192, 4096):
+    #   slope 2048 / 6144 = 1/3 MiB/token, fixed 2048 − 2048/3 = 1365.33 MiB; it covers both exactly.
     rows = run_rows("a", {"activation": (12288.0, 4096.0, "over")})
     rows += run_rows("b", {"activation": (3072.0, 2048.0, "fits")})
     t = term(calibrate([str(write_frame(tmp_path / "res", rows))]), "activation")
-    assert t.fit.slope == 1.0 and t.formula == "1 MiB/token"
-    assert t.under_today == ()
-    # LOO: a predicted by b's 1.0 → 8192 ≥ 4096; b predicted by a's 0.5 → 1024 < 2048 (under)
-    assert (t.loo_tested, t.loo_under) == (2, ("b",))
+    ratio, affine = t.candidates
+    assert (ratio.shape, ratio.fit.slope, ratio.under, ratio.mean_abs_mib) == ("ratio", 1.0, 1, 2560.0)
+    assert (affine.shape, affine.under, affine.mean_abs_mib, affine.chosen) == ("fixed + per unit", 1, 2048.0, True)
+    assert t.fit.form == "affine"
+    assert (t.fit.slope, t.fit.constant) == (pytest.approx(1 / 3), pytest.approx(4096 / 3))
+    assert t.formula == "1365 MiB + 0.3333 MiB/token"
+    assert t.under_today == () and t.residuals == (pytest.approx(0.0, abs=1e-9), pytest.approx(0.0, abs=1e-9))
+    assert (t.loo_tested, t.loo_under) == (2, ("a",))
+    assert "fixed + per unit: 1 held-out run(s) under-reserved, mean held-out error 2,048.0 MiB" in t.shape_why
+    assert t.thin == "rests on one model (model)"
 
 
 def test_prefill_buckets_and_mla_flat(tmp_path: Path) -> None:

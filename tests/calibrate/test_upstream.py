@@ -22,9 +22,23 @@ from tests.conftest import ROOT
 from tests.fixtures.results.handmade import calibration_results, run_rows, write_frame
 
 
+def judgeable(root: Path, gpu: float = 46068.0, free: float = 45000.0, used: float = 1000.0) -> Path:
+    """Give every run what the whole-reserve evaluation needs (an L40S: no floor; free at start; a measured need
+    after the KV pool), so the patch gate can judge it."""
+    import pandas as pd
+
+    from profiler.results.store import RESULT_COLUMNS
+
+    df = pd.read_parquet(root / "results.parquet")
+    df["gpu_total_mib"], df["free_at_start_mib"] = gpu, free
+    df.loc[df["term"] == "total", "used_after_kv_mib"] = used
+    df.astype({k: v for k, v in RESULT_COLUMNS.items() if k in df.columns}).to_parquet(root / "results.parquet")
+    return root
+
+
 @pytest.fixture()
 def results(tmp_path: Path) -> Path:
-    return calibration_results(tmp_path / "res")
+    return judgeable(calibration_results(tmp_path / "res"))
 
 
 def test_calibration_json(results: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -86,15 +100,19 @@ def test_patch_applies_to_the_installed_memory_hook(results: Path, tmp_path: Pat
     lines = new.splitlines()
     # the constant and the decode graph replaced, each with its evidence in a comment above it
     i = lines.index("            reserved_mem = 676")
-    assert lines[i - 2].strip() == "# memfrac calibrate (max of 3 runs, 2 model(s), 3 worker start(s); was 512):"
+    assert lines[i - 3].strip() == "# memfrac calibrate (max of 3 runs, 2 model(s), 3 worker start(s); was 512):"
+    # the whole reserve held out by model (judgeable(): L40S, 45000 MiB free, 1000 MiB need): no new OOM, and
+    # the KV the calibrated fraction gains on the three decode runs
+    assert lines[i - 2].strip().startswith("#   shape flat; held out by model: new OOMs 0, KV gained decode +")
     assert "LOO 0/3 under; LOMO 0/3 under" in lines[i - 1]
     j = lines.index("        reserved_mem += decode_cuda_graph_config.max_bs * 5")
+    assert lines[j - 2].strip().startswith("#   shape per_unit; held out by model: new OOMs 0")
     assert "5 MiB/bs; fitted − measured +0…+512 MiB; LOO 1/3 under; LOMO 1/3 under." in lines[j - 1]
     # activation not carried (see test_calibration_json); everything else untouched
     assert "            reserved_mem += activation_tokens * 1.5" in lines
     removed = [x for x in old if x not in lines]
     assert removed == ["            reserved_mem = 512", "        reserved_mem += decode_cuda_graph_config.max_bs * 2"]
-    assert len(lines) == len(old) + 4  # two comment lines per replaced constant
+    assert len(lines) == len(old) + 6  # three comment lines per replaced constant
 
 
 def _old_release_results(root: Path) -> Path:
@@ -114,7 +132,7 @@ def _old_release_results(root: Path) -> Path:
     for r in rows:
         if r["term"] == "activation":
             r["rules"] = "0.5.14"
-    return write_frame(root, rows)
+    return judgeable(write_frame(root, rows))
 
 
 def test_patch_carries_a_term_computed_the_same_way(tmp_path: Path) -> None:
@@ -128,8 +146,12 @@ def test_patch_carries_a_term_computed_the_same_way(tmp_path: Path) -> None:
         "runs sized by the 0.5.14 rules, whose term is 1.5 MiB × tokens (chunked prefill size), not 1.5 MiB × "
         "tokens (decode nodes: running requests × draft tokens) as in 0.5.23"
     )
-    # 768 / 256 = 3, 800 / 160 = 5 MiB/bs → 5; the comment names the rules the runs were sized with
-    assert "+        reserved_mem += decode_cuda_graph_config.max_bs * 5\n" in p.diff
+    # 768 MiB at bs 256, 800 at bs 160 (3 and 5 MiB/bs), two models. Held out by model:
+    #   ratio: o1 by 5 → 1280 (+512), o2 by 3 → 480 (−320, under): 1 under, mean |err| 416
+    #   fixed + per bs: one point left, all fixed: o1 by 800 (+32), o2 by 768 (−32): 1 under, 32 → chosen;
+    #   on both the line through the two points falls with bs, so the lowest covering line is flat: 800 MiB.
+    # The comment names the rules the runs were sized with.
+    assert "+        reserved_mem += 800\n" in p.diff
     assert ("+        #   Runs sized by the sglang 0.5.3 … 0.5.9 rules (2 label(s)): each computes the term as\n"
             "+        #   0.5.23 does, 2 MiB × decode max_bs.\n") in p.diff  # fmt: skip
     patch = tmp_path / "m.patch"
@@ -151,7 +173,7 @@ def test_patch_refuses_without_a_justified_constant(tmp_path: Path, capsys: pyte
     res = write_frame(tmp_path / "one", run_rows("r", {"decode_graph": (512.0, 768.0, "under")}))
     rc = main(["calibrate", str(res), "--emit-patch", str(tmp_path / "p.patch")])
     err = capsys.readouterr().err
-    assert rc == 2 and "no constant is justified" in err and "1 run(s): the patch needs at least 2" in err
+    assert rc == 2 and "refused: the evidence holds fewer than two models" in err
     assert not (tmp_path / "p.patch").exists()
 
 
@@ -175,7 +197,7 @@ def test_explain_with_calibration(results: Path, tmp_path: Path, capsys: pytest.
     out = capsys.readouterr().out
     # L40S 46068 MiB, decode node, max_bs 32: today 512 + 2048 × 1.5 + 128 + 32 × 2 = 3776 → round(42292/46068, 3)
     # = 0.918; calibrated 676 + 2048 × 0.75 + 128 + 32 × 5 = 2500 → round(43568/46068, 3) = 0.946.
-    assert "| decode_graph |        64 |            160 |     96 | bs 32 × mib_per_bs" in out
+    assert "| decode_graph |        64 |            160 |     96 | per_unit (decode_graph)" in out
     assert "| reserved     |     3,776 |          2,500 | -1,276 |" in out
     assert "| fraction     |     0.918 |          0.946 | +0.028 |" in out
     # KV: 46068 × (0.946 − 0.918) MiB more ≈ 1289.9 MiB × 2^20 / 131072 B per token ≈ 10,319 tokens
@@ -213,20 +235,19 @@ def test_bad_calibration_files(tmp_path: Path, capsys: pytest.CaptureFixture[str
 
 
 def test_patch_from_the_bundled_real_logs(tmp_path: Path, capsys, ingested: Path) -> None:
-    """The bundled real logs were written by sglang 0.4.x … 0.5.2x and are sized with each log's own release's
-    rules (0.5.9, or a range such as 0.4.7 … 0.5.13). The decode-graph term is 2 MiB × max_bs in every rule set
-    since 0.5.3, 0.5.23 included, so its fitted constant patches the installed 0.5.23 memory_hook.py: the max
-    ratio is 71.68 MiB (a log's 0.07 GB) over decode max_bs 4 = 17.92 MiB/bs. calibration.json is written too."""
+    """The bundled real logs: the decode graph's held-out-chosen shape (ratio: 17.92 MiB/bs, 71.68 MiB over max_bs 4)
+    raises every judged run's reserve; held out by model it avoids no OOM and gives up KV cache on the 4 runs
+    that can be judged, so --emit-patch refuses and prints the evaluation (issue 18). calibration.json is still
+    written, with the evidence and the candidates."""
     res = ingested
     patch, cal = tmp_path / "p.patch", tmp_path / "c.json"
-    assert main(["calibrate", str(res), "--out", str(cal), "--emit-patch", str(patch)]) == 0
-    said = capsys.readouterr().out
-    assert "patch replaces: decode_graph" in said
+    assert main(["calibrate", str(res), "--out", str(cal), "--emit-patch", str(patch)]) == 2
+    said = capsys.readouterr()
+    assert "the whole reserve, leave-one-model-out" in said.out and "| unknown   |           4 |" in said.out
+    assert "refused: held out, the calibrated fraction gains no KV cache" in said.err
+    assert not patch.exists()
     d = json.loads(cal.read_text())
     assert d["rules"] == "0.5.9" and d["terms"]["decode_graph"]["params"] == {"mib_per_bs": 17.92}
-    assert "0.5.9" in d["terms"]["decode_graph"]["evidence"]["decode_graph"]["sized_by"]
-    lines = _apply(patch, tmp_path).read_text().splitlines()
-    j = lines.index("        reserved_mem += decode_cuda_graph_config.max_bs * 17.92")
-    # the terms-era rule sets among the logs' candidates: 0.5.3 (from the 0.4.7 … 0.5.13 ranges) to 0.5.13
-    assert lines[j - 2].startswith("        #   Runs sized by the sglang 0.5.3 … 0.5.13 rules (5 label(s)): each ")
-    assert lines[j - 1] == "        #   0.5.23 does, 2 MiB × decode max_bs."
+    ev = d["terms"]["decode_graph"]["evidence"]["decode_graph"]
+    assert [c["shape"] for c in ev["candidates"]] == ["ratio", "fixed + per unit"]
+    assert d["held_out_reserve"]["summary"]["new_ooms"] == 0

@@ -1,0 +1,125 @@
+"""Calibration that holds out (issue 18): shapes chosen by held-out error, the whole reserve judged on runs the
+fit never saw, and `memfrac calibrate --evaluate`. Every number is worked out by hand in the comments."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from profiler.calibrate.codec import write_calibration
+from profiler.calibrate.fit import calibrate, envelope
+from profiler.calibrate.judge import judge_run
+from profiler.calibrate.shapes import Fit, calibrated_sum
+from profiler.face.cli import main
+from profiler.results.store import RESULT_COLUMNS
+from tests.conftest import ROOT
+from tests.fixtures.results.handmade import run_rows, write_frame
+
+
+def test_envelope_by_hand() -> None:
+    # (4, 500) and (512, 1024): the line through both, slope 524 / 508 = 1.031496 MiB/bs, fixed 500 − 4 × that
+    fixed, slope = envelope([(4, 500.0), (512, 1024.0)])
+    assert slope == pytest.approx(524 / 508) and fixed == pytest.approx(500 - 4 * 524 / 508)
+    # one bs: nothing tells fixed from slope → all fixed (the smallest slope)
+    assert envelope([(8, 100.0), (8, 90.0)]) == (100.0, 0.0)
+
+
+def test_the_chosen_shape_neither_under_reserves_the_tiny_run_nor_inflates_the_big_one(tmp_path: Path) -> None:
+    # tiny: max_bs 4 (reserved 8), 500 MiB (a large fixed overhead); big: max_bs 512 (reserved 1024), 1024 MiB.
+    # ratio: max(125, 2) = 125 MiB/bs → big reserved 64,000 MiB (+62,976). Held out by model:
+    #   ratio: tiny by 2/bs → 8 (−492, under), big by 125/bs → 64,000 (+62,976): 1 under, mean |err| 31,734
+    #   fixed + per bs: one point left, all fixed: tiny by 1024 (+524), big by 500 (−524): 1 under, mean 524
+    # → fixed + per bs, fitted on both: 495.87 MiB + 1.0315 MiB/bs, which reserves exactly 500 and 1024.
+    rows = run_rows("tiny", {"decode_graph": (8.0, 500.0, "under")}, model="a/Tiny")
+    rows += run_rows("big", {"decode_graph": (1024.0, 1024.0, "fits")}, model="b/Big")
+    t = next(t for t in calibrate([str(write_frame(tmp_path / "r", rows))]).terms if t.key == "decode_graph")
+    ratio, affine = t.candidates
+    assert (ratio.fit.slope, ratio.under, ratio.mean_abs_mib) == (125.0, 1, pytest.approx((492 + 62976) / 2))
+    assert (affine.under, affine.mean_abs_mib, affine.chosen) == (1, pytest.approx(524.0), True)
+    assert t.fit.form == "affine"
+    assert t.fit.slope == pytest.approx(524 / 508) and t.fit.constant == pytest.approx(500 - 4 * 524 / 508)
+    assert t.residuals == (pytest.approx(0.0, abs=1e-9), pytest.approx(0.0, abs=1e-9))
+    assert "leave-one-model-out" in t.shape_why
+
+
+def test_a_run_judged_by_hand() -> None:
+    # H100 81559 MiB (floor on), free at start 80000, decode run: constant 512, activation 3072, parallel 128,
+    # decode graph 512 (bs 256) → 4224 → floor 10240 → mfs round(71319 / 81559, 3) = 0.874; room 80000 × 0.126
+    # = 10080. With fixed 7000 + 4 MiB/bs: 512 + 3072 + 128 + 8024 = 11736 → mfs round(69823/81559, 3) = 0.856,
+    # room 80000 × 0.144 = 11520. Need (used after KV) 10500: OOM today (10500 > 10080), not calibrated: avoided.
+    # KV gained 80000 × (0.856 − 0.874) = −1440 MiB; 131072 B/token → −11,520 tokens.
+    rows = run_rows("h", {"constant": (512.0, None, "unobservable"), "activation": (3072.0, None, "unobservable"),
+                          "parallel": (128.0, None, "unobservable"), "decode_graph": (512.0, 600.0, "under")},
+                    mode="decode", gpu_total_mib=81559.0, free_at_start_mib=80000.0, used_after_kv_mib=10500.0,
+                    kv_bytes_per_token=131072.0)  # fmt: skip
+    df = pd.DataFrame(rows)
+    terms, total = df[df["term"] != "total"], df[df["term"] == "total"].iloc[0]
+    r = judge_run(total, terms, {"decode_graph": Fit("affine", slope=4.0, constant=7000.0)})
+    assert (r.today_mib, r.calibrated_mib, r.today_fraction, r.calibrated_fraction) == (10240.0, 11736.0, 0.874, 0.856)
+    assert (r.room_today_mib, r.room_calibrated_mib) == (pytest.approx(10080.0), pytest.approx(11520.0))
+    assert (r.oom_today, r.oom_calibrated, r.new_oom, r.oom_avoided) == (True, False, False, True)
+    assert r.kv_gained_mib == pytest.approx(-1440.0) and r.kv_gained_tokens == -11520
+    assert (r.decides_today, r.decides_calibrated) == ("floor", "decode_graph")
+
+
+def test_calibrated_sum_is_one_formula_for_floats_and_arrays() -> None:
+    import numpy as np
+
+    fits = {"decode_graph": Fit("affine", slope=4.0, constant=7000.0)}
+    one = calibrated_sum({"constant": 512.0, "activation": 3072.0, "decode_graph": 512.0}, fits, floor_on=True)
+    many = calibrated_sum({"constant": np.array([512.0, 512.0]), "activation": np.array([3072.0, 3072.0]),
+                           "decode_graph": np.array([512.0, 0.0])}, fits, floor_on=np.array([True, True]))  # fmt: skip
+    # 512 + 3072 + 7000 + 256 × 4 = 11608; a row with the decode graph off keeps it off: 3584 → floor 10240
+    assert (one[0], one[1]) == (10240.0, 11608.0)
+    assert list(many[1]) == [11608.0, 10240.0]
+
+
+def _split(src: Path, dst: Path, keep) -> Path:
+    dst.mkdir()
+    df = pd.read_parquet(src / "results.parquet")
+    runs = sorted(df["run_id"].unique())
+    df = df[df["run_id"].isin([r for i, r in enumerate(runs) if keep(i)])]
+    df.astype({k: v for k, v in RESULT_COLUMNS.items() if k in df.columns}).to_parquet(dst / "results.parquet")
+    for name in ("ladder.parquet", "manifest.json"):
+        if (src / name).exists():
+            (dst / name).write_bytes((src / name).read_bytes())
+    return dst
+
+
+def test_fit_on_half_the_bundled_logs_evaluate_on_the_other(tmp_path: Path, ingested: Path, capsys) -> None:
+    """The done-when of issue 18: fitted on one part of the bundled logs (even-numbered runs), evaluated on the
+    other (odd): 0 new OOMs, every run listed (judged or with its reason)."""
+    a = _split(ingested, tmp_path / "a", lambda i: i % 2 == 0)
+    b = _split(ingested, tmp_path / "b", lambda i: i % 2 == 1)
+    cal = tmp_path / "cal.json"
+    write_calibration(calibrate([str(a)]), cal)
+    capsys.readouterr()
+    assert main(["calibrate", "--evaluate", str(cal), str(b), "--format", "json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    s = d["summary"]
+    n_b = pd.read_parquet(b / "results.parquet")["run_id"].nunique()
+    assert s["new_ooms"] == 0 and s["runs"] + s["not_judged"] == n_b
+    assert {"run_id", "term", "today_mib", "calibrated_mib", "measured_mib"} <= set(d["runs"][0])
+    assert all(r["why"] for r in d["runs"] if r["term"] == "total" and not r["judged"])
+    assert main(["calibrate", "--evaluate", str(cal), str(b)]) == 0
+    assert "new OOMs" in capsys.readouterr().out
+
+
+def test_evaluate_bad_inputs_are_one_line_exit_2(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"schema_version": 1, "terms": {"decode_graph": {"params": {"slope": 3}}}}))
+    for argv in (["--evaluate", str(tmp_path / "none.json"), str(tmp_path)],
+                 ["--evaluate", str(bad), str(tmp_path)]):  # fmt: skip
+        r = subprocess.run([str(ROOT / ".venv/bin/memfrac"), "calibrate", *argv], capture_output=True, text=True)
+        assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert "terms.decode_graph.params.slope: unknown name" in r.stderr
+
+
+def test_the_heuristic_constants_live_in_one_place() -> None:
+    r = subprocess.run(["grep", "-rn", r"1.5\b\|10 \* 1024\|60 \* 1024", str(ROOT / "profiler/calibrate")],
+                       capture_output=True, text=True)  # fmt: skip
+    assert r.stdout == ""
