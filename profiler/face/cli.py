@@ -289,6 +289,10 @@ def _cmd_report(a: argparse.Namespace) -> int:
 def _cmd_calibrate(a: argparse.Namespace) -> int:
     from profiler.calibrate.command import run_calibrate
 
+    if a.evaluate:
+        from profiler.calibrate.evaluate import run_evaluate
+
+        return run_evaluate(a.evaluate, a.results, "json" if a.json else a.format)
     return run_calibrate(
         a.results, quantile=a.quantile, margin_mib=a.margin, json_out=a.json, out=a.out, emit_patch=a.emit_patch
     )
@@ -310,6 +314,13 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--json", action="store_true")
     p.add_argument("--out", metavar="JSON", help="write calibration.json: the fitted constants with their evidence")
+    p.add_argument(
+        "--evaluate",
+        metavar="CAL_JSON",
+        help="judge a calibration.json on these results instead of fitting: per run and term today's, calibrated and "
+        "measured MiB, new OOMs, OOMs avoided, KV gained per node type",
+    )
+    p.add_argument("--format", choices=("table", "json"), default="table", help="--evaluate's output (default table)")
     p.add_argument(
         "--emit-patch",
         nargs="?",
