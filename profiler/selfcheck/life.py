@@ -583,14 +583,14 @@ def _add(a: float | None, b: float | None) -> float | None:
 
 def _ladder_check(dec: Phase | None, t: LifeTruth) -> Check:
     """The decode ladder, in capture order (largest bs first), cumulative driver MiB since the capture began:
-    rung k holds the DeepEP buffer (made at the first dispatch) + the pool's growth so far + k+1 graphs'
-    executables."""
+    rung k holds the pool's growth so far + k+1 graphs' executables; the DeepEP buffer made at the first
+    dispatch is its own nested window, which the reader takes out of the rungs it falls in (issue 17.2)."""
     rungs = [] if dec is None else [(lp.bs, lp.used_mib) for lp in dec.ladder]
     per_graph = None if t.graph_exec_mib is None else t.graph_exec_mib / max(t.n_graphs, 1)
     expected: dict[str, float | None] = {}
     for k, (bs, pool) in enumerate(t.decode_rungs):
         grow = _sub(pool, t.prefill_pool_mib)
-        expected[f"bs={bs}"] = None if grow is None or per_graph is None else t.a2a_mib + grow + (k + 1) * per_graph
+        expected[f"bs={bs}"] = None if grow is None or per_graph is None else grow + (k + 1) * per_graph
     measured = {f"bs={bs}": used for bs, used in rungs}
     order = [bs for bs, _ in rungs]
     want = [bs for bs, _ in t.decode_rungs]

@@ -314,8 +314,8 @@ def test_the_clean_life_passes_every_check_with_figures_by_hand(tmp_path):
     activation 1,280 + 2 = 1,282 (the warm-up request, inside the window). Headroom = 143,251 − 1,280 − 2,560 −
     320 − 146 − 264 − 320 − 5.5 − 1,282 = 137,073.5 = the free memory read inside the warm-up request.
     Prefill peak: 640 scratch + 150 forward = 790 above its start, kept across the precarve reset by the guard.
-    Ladder, driver MiB since the decode window began: bs 64: 320 + 260 + 0.5 = 580.5; 32: 581.0; 16: 583.5;
-    8: 584.0; 4: 584.5; 2: 587.0; 1: 587.5."""
+    Ladder, driver MiB since the decode window began, less the nested DeepEP window (320): bs 64: 260 + 0.5 =
+    260.5; 32: 261.0; 16: 263.5; 8: 264.0; 4: 264.5; 2: 267.0; 1: 267.5."""
     res, by = _life(tmp_path)
     assert list(by) == LIFE_CHECKS
     assert not _failing(by), "\n".join(f"{c.name}: {c.note}" for c in res.checks if not c.passed)
@@ -334,13 +334,13 @@ def test_the_clean_life_passes_every_check_with_figures_by_hand(tmp_path):
     assert L.free_at_start_mib == 143251.0 and L.residual_mib == 0.0 and L.worst_point == "serving peak"
     assert by["life: prefill_graph peak inside its window"].measured == {"peak": 790.0, "resets seen": 1.0}
     assert by["life: decode ladder (capture order, cumulative)"].measured == {
-        "bs=64": 580.5,
-        "bs=32": 581.0,
-        "bs=16": 583.5,
-        "bs=8": 584.0,
-        "bs=4": 584.5,
-        "bs=2": 587.0,
-        "bs=1": 587.5,
+        "bs=64": 260.5,
+        "bs=32": 261.0,
+        "bs=16": 263.5,
+        "bs=8": 264.0,
+        "bs=4": 264.5,
+        "bs=2": 267.0,
+        "bs=1": 267.5,
     }
     assert by["comparison: KV pool details from the configurator's result"].measured == {
         "kv_tokens": 163840.0,
@@ -358,13 +358,15 @@ def test_the_clean_life_passes_every_check_with_figures_by_hand(tmp_path):
         # a 400 MiB req_to_token pool beside the KV: kv_pool reads 2,960
         ("kv_extra", {"life: kv_pool"}),
         # the buffer made where no deepep hook sees it (its target did not resolve): no nested window, its
-        # 320 MiB land in the decode window's non-torch growth → parallel 325.5; the joint comparison row too
+        # 320 MiB land in the decode window's non-torch growth → parallel 325.5, and in its ladder rungs (no
+        # nested window to take them out); the joint comparison row too
         (
             "a2a_unhooked",
             {
                 "life: probe records (one rank, every window, nothing in flight)",
                 "life: deepep_a2a",
                 "life: parallel",
+                "life: decode ladder (capture order, cumulative)",
                 "comparison: terms from the ledger (graphs judged jointly)",
             },
         ),
@@ -453,7 +455,8 @@ def test_ladder_fires_when_the_reader_loses_capture_order(tmp_path, monkeypatch)
     from profiler.measure.probe import reader
 
     original = reader._ladder
-    monkeypatch.setattr(reader, "_ladder", lambda recs, before: sorted(original(recs, before), key=lambda p: p.bs))
+    monkeypatch.setattr(reader, "_ladder", lambda recs, before, nested=None: sorted(original(recs, before, nested),
+                                                                                     key=lambda p: p.bs))
     _, by = _life(tmp_path)
     c = by["life: decode ladder (capture order, cumulative)"]
     assert _failing(by) == {c.name} and "ladder order [1, 2, 4, 8, 16, 32, 64]" in c.note
@@ -702,7 +705,7 @@ def test_render_text_tables(tmp_path):
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells == ["torch tensor 512 MiB", "512.0", "512.0", "512.0", "512.0", "(512.0)", "0.0", "-", "25.6", "pass"]
     row = next(ln for ln in lines if ln.startswith("| life: decode ladder"))
-    assert [c.strip() for c in row.strip("|").split("|")][1:3] == ["580.5", "bs=64 580.5"]
+    assert [c.strip() for c in row.strip("|").split("|")][1:3] == ["260.5", "bs=64 260.5"]
     row = next(ln for ln in lines if ln.startswith("| headroom "))
     assert [c.strip() for c in row.strip("|").split("|")][:3] == ["headroom", "137,073.5", "read"]
     assert "residual 0.0 MiB (resolution 2): closes" in text
