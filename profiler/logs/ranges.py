@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Iterator
 from itertools import accumulate, pairwise
 from typing import NamedTuple
 
-from profiler.logs import lines as _lines  # CHUNK_BYTES / RANK_DISCOVERY_BYTES read at call time (tests set them)
+import profiler.logs.lines as _lines  # CHUNK_BYTES / RANK_DISCOVERY_BYTES read at call time (tests set them)
 from profiler.logs.lines import (
     _ANSI,
     _FRESH,
