@@ -115,20 +115,9 @@ def _cmd_deepep_size(a: argparse.Namespace) -> int:
 
 
 def _pick(path: str, name: str | None):
-    from profiler.model.scenario import load_scenarios
+    from profiler.model.scenario import pick_scenario
 
-    scenarios = load_scenarios(path)
-    if name is not None:
-        for s in scenarios:
-            if s.name == name:
-                return s
-        raise MemfracError(f"{path}: no scenario named {name!r}; it has: {', '.join(x.name for x in scenarios)}")
-    if len(scenarios) > 1:
-        raise MemfracError(
-            f"{path} holds {len(scenarios)} scenarios; pick one with --scenario NAME "
-            f"({', '.join(x.name for x in scenarios[:6])}{', …' if len(scenarios) > 6 else ''}) or use `memfrac sweep`"
-        )
-    return scenarios[0]
+    return pick_scenario(path, name, "--scenario", " or use `memfrac sweep`")
 
 
 def _parse_gpus(text: str | None) -> list[int] | None:

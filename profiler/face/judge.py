@@ -137,18 +137,10 @@ def render(c: Any) -> str:
 
 
 def pick(path: str, name: str | None) -> Any:
-    from profiler.model.scenario import load_scenarios
+    """The recorded scenario of `path` (`--name` picks one of several)."""
+    from profiler.model.scenario import pick_scenario
 
-    scenarios = load_scenarios(path)
-    names = ", ".join(x.name for x in scenarios[:8]) + (", …" if len(scenarios) > 8 else "")
-    if name is not None:
-        for x in scenarios:
-            if x.name == name:
-                return x
-        raise MemfracError(f"{path}: no scenario named {name!r}; it has: {names}")
-    if len(scenarios) > 1:
-        raise MemfracError(f"{path} holds {len(scenarios)} scenarios; pick the recorded one with --name ({names})")
-    return scenarios[0]
+    return pick_scenario(path, name, "--name", " (the one recorded)")
 
 
 def cmd_judge(a: Any) -> int:

@@ -595,3 +595,18 @@ __all__ = [
     "scenario_fields",
     "single_scenario",
 ]
+
+
+def pick_scenario(path: str | Path, name: str | None, flag: str = "--scenario", instead: str = "") -> Scenario:
+    """The one scenario of `path` a command acts on: the one named, or the only one (else a one-line error
+    naming what the file holds and the flag that picks one)."""
+    scenarios = load_scenarios(path)
+    names = ", ".join(x.name for x in scenarios[:8]) + (", …" if len(scenarios) > 8 else "")
+    if name is not None:
+        for x in scenarios:
+            if x.name == name:
+                return x
+        raise MemfracError(f"{path}: no scenario named {name!r}; it has: {names}")
+    if len(scenarios) > 1:
+        raise MemfracError(f"{path} holds {len(scenarios)} scenarios; pick one with {flag} NAME ({names}){instead}")
+    return scenarios[0]
