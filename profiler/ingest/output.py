@@ -18,7 +18,7 @@ from profiler.core.units import MIB_PER_GIB
 
 if TYPE_CHECKING:
     from profiler.analyse.compare import Comparison
-    from profiler.core.measurement import Measurement, Rank, Snapshot
+    from profiler.core.measurement import Measurement, Phase, Rank, Snapshot
     from profiler.ingest.judge import Judged
     from profiler.logs.reserve import LogReservation
     from profiler.results.store import RunContext
@@ -175,17 +175,24 @@ def readings(r: Rank | None) -> dict[str, float | None]:
     def free(s: Snapshot | None) -> float | None:
         return None if s is None else s.free_mib
 
-    init, w, ready = r.phase("init_parallel"), r.phase("weights"), r.phase("ready")
+    last: dict[tuple[str, str], Phase] = {}  # one pass: the last phase of each (name, role), as Rank.phase gives
+    lows: list[float] = []
+    for p in r.phases:
+        last[(p.name, p.role)] = p
+        low = p.details.get("min_ladder_avail_mib")
+        if low is not None:
+            lows.append(low)
+    init, w = last.get(("init_parallel", "target")), last.get(("weights", "target"))
+    ready = last.get(("ready", "target"))
     out["init_mib"] = init.usage_mib if init is not None else None
     out["load_begin_free_mib"] = free(w.before) if w is not None else None
     out["weights_end_free_mib"] = free(w.after) if w is not None else None
-    cap = r.phase("decode_graph") or r.phase("verify_graph")
+    cap = last.get(("decode_graph", "target")) or last.get(("verify_graph", "target"))
     out["capture_begin_free_mib"] = cap.details.get("begin_avail_mib") if cap is not None else None
-    lows = [p.details["min_ladder_avail_mib"] for p in r.phases if "min_ladder_avail_mib" in p.details]
     out["capture_min_free_mib"] = min(lows) if lows else None
     out["ready_available_mib"] = ready.details.get("available_gpu_mem_mib") if ready is not None else None
-    dw, dkv = r.phase("weights", "draft"), r.phase("kv_pool", "draft")
-    dg = r.phase("draft_graph", "draft") or r.phase("draft_graph")
+    dw, dkv = last.get(("weights", "draft")), last.get(("kv_pool", "draft"))
+    dg = last.get(("draft_graph", "draft")) or last.get(("draft_graph", "target"))
     out["draft_weights_mib"] = dw.used_mib if dw is not None else None
     if dkv is not None:
         d = dkv.details
