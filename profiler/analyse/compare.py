@@ -98,6 +98,7 @@ class Comparison:
     kv_draft_mib: float | None = None  # the speculative draft's KV pool (inside kv_pool_mib and its bytes per token)
     kv_upper_bound_mib: float | None = None  # post-capture KV sizing: the VA upper bound configure reserved …
     kv_upper_bound_tokens: int | None = None  # … and its tokens (kv_pool_mib / kv_tokens are the final pool)
+    rule_sets: tuple[str, ...] = ()  # every rule set `rules` names, in release order (the label is for display)
     mfs_reconstructed: float | None = None  # memfrac's reconstruction of sglang's fraction for the scenario
     mfs_finding: str = ""  # the worker's fraction (/server_info) differs from the reconstruction: why it matters
     judged_rank: int | None = None  # index into Measurement.ranks of the rank judged (closest to OOM)
@@ -381,6 +382,7 @@ class LogJudging:
     mfs: float | None
     rules: str
     need: Need | None
+    rule_sets: tuple[str, ...] = ()  # the candidates `rules` labels, in release order
 
 
 def compare(
@@ -444,6 +446,7 @@ def compare(
         source=m.source,
         memory_kind=m.memory_kind,
         rules=judging.rules if judging is not None else res.rules if res is not None else None,
+        rule_sets=judging.rule_sets if judging is not None else (res.rules,) if res is not None else (),
         mfs=mfs,
         mfs_origin=m.mfs_origin,
         # with the GPU size unknown the rules fall back to a constant: that is no heuristic answer

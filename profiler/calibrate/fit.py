@@ -80,6 +80,7 @@ from profiler.results.frames import (
     finite,
     ladder_slopes,
     load_dirs,
+    rule_sets_of,
     short_model,
 )
 
@@ -169,6 +170,7 @@ class Obs:
     attention: str = ""  # attention backend, when the results record it
     a2a: str = ""  # moe_a2a_backend
     rules: str = ""  # the rule set (or range, "0.5.9 … 0.5.12 (3 rule sets)") today's reserve was computed with
+    rule_sets: tuple[str, ...] = ()  # every rule set that label names (results.parquet `rule_sets`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -365,6 +367,7 @@ def _obs(row: pd.Series, x: float, measured: float | None = None, unit_floor: fl
         attention=as_text(row.get("attention_backend")),
         a2a=as_text(row.get("moe_a2a_backend")),
         rules=as_text(row.get("rules")),
+        rule_sets=rule_sets_of(row),
     )
 
 

@@ -19,7 +19,6 @@ from pathlib import Path
 from profiler.calibrate.codec import ceil_sig, patch_refusal
 from profiler.calibrate.fit import SPECS, Calibration, TermResult
 from profiler.core.errors import MemfracError
-from profiler.logs.reserve import rule_sets_named
 from profiler.model.heuristic.constants import ACTIVATION_MIB_PER_TOKEN, FLOOR_MIB, PREFILL_GRAPH_MLA_MIB
 from profiler.model.heuristic.rules import RULE_SETS, RuleSet
 
@@ -89,7 +88,8 @@ def _comment(t: TermResult, c: Calibration, target: RuleSet) -> list[str]:
     q = "max" if c.quantile == 1.0 else f"{c.quantile:g}-quantile"
     today = SPECS[t.key].today
     labels = {o.rules for o in t.observations} - {target.name}
-    named = {rs.name for lb in labels for rs in rule_sets_named(lb) if term_formula(rs, t.key)}
+    others = {n for o in t.observations for n in o.rule_sets} - {target.name}
+    named = {n for n in others if n in RULE_SETS and term_formula(RULE_SETS[n], t.key)}
     sized = [n for n in RULE_SETS if n in named]  # in release order
     span = sized[0] if len(sized) == 1 else f"{sized[0]} … {sized[-1]}" if sized else ""
     h = c.held_out_reserve
@@ -173,8 +173,8 @@ def carry_refusal(t: TermResult, target: RuleSet) -> str | None:
     want = term_formula(target, t.key)
     if want is None:
         return f"the sglang {target.name} rules have no such term"
-    for label in sorted({o.rules for o in t.observations}):
-        sets = rule_sets_named(label)
+    for label, names in sorted({(o.rules, o.rule_sets) for o in t.observations}):
+        sets = [RULE_SETS[n] for n in names if n in RULE_SETS]
         if not sets:
             return f"runs sized by unknown rules ({label or 'not recorded'})"
         found = {f for f in (term_formula(rs, t.key) for rs in sets) if f is not None}

@@ -37,7 +37,7 @@ def judge(m: Measurement, *, margin_mib: float = 1024.0) -> tuple[Comparison, Ju
     m.mfs, m.mfs_origin, m.mfs_how = lr.mfs, lr.mfs_origin, lr.mfs_how
     notes = [f"rules: {lr.rules} — {lr.rules_why}", *lr.notes]
     need = runtime_need(m, None) or lr.activation_mib()
-    c = compare(m, lr.headline, margin_mib=margin_mib, judging=LogJudging(m.mfs, lr.rules, need))
+    c = compare(m, lr.headline, margin_mib=margin_mib, judging=LogJudging(m.mfs, lr.rules, need, lr.rule_sets))
     return c, Judged(lr, need, notes)
 
 

@@ -126,3 +126,14 @@ def derived_runs(df: pd.DataFrame) -> set[str]:
         return set()
     est = df["derived_from"].notna() & (df["derived_from"].astype("string") != "")
     return set(df.loc[est, "run_id"].astype(str))
+
+
+def rule_sets_of(row: pd.Series) -> tuple[str, ...]:
+    """The rule sets a results row was sized with, in release order: its `rule_sets` list; for a directory written
+    before that column existed, what its `rules` display label names (`logs.reserve.rule_sets_named`)."""
+    v = row.get("rule_sets")
+    if v is not None and not (isinstance(v, float) and math.isnan(v)) and v is not pd.NA:
+        return tuple(str(x) for x in v)
+    from profiler.logs.reserve import rule_sets_named
+
+    return tuple(rs.name for rs in rule_sets_named(as_text(row.get("rules"))))

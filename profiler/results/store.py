@@ -60,6 +60,7 @@ RESULT_COLUMNS: dict[str, str] = {
     "sglang_version": "string",
     "sglang_how": "string",  # how the release is known: a stated cue, or the range the log's formats allow
     "rules": "string",
+    "rule_sets": "object",  # a list: every rule set `rules` names (one, or a log's candidates), in release order
     "rules_why": "string",  # which rule set(s) and why (logs: release cue, format range, candidates)
     "mfs": "float64",
     "mfs_origin": "string",
@@ -207,6 +208,7 @@ def result_rows(m: Measurement, c: Comparison, ctx: RunContext = RunContext()) -
         "sglang_version": i.sglang_version,
         "sglang_how": i.sglang_how,
         "rules": c.rules,
+        "rule_sets": list(c.rule_sets),
         "rules_why": ctx.rules_why,
         "mfs": c.mfs,
         "mfs_origin": c.mfs_origin,

@@ -8,6 +8,7 @@ import inspect
 from dataclasses import asdict
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 import profiler.ingest as ingest_pkg
@@ -37,7 +38,7 @@ def test_judge_is_compare_with_the_logs_own_terms(path: Path) -> None:
         c, j = judge(m)
         lr = log_reservation(again)
         again.mfs, again.mfs_origin, again.mfs_how = lr.mfs, lr.mfs_origin, lr.mfs_how
-        direct = compare(again, lr.headline, judging=LogJudging(again.mfs, lr.rules, j.need))
+        direct = compare(again, lr.headline, judging=LogJudging(again.mfs, lr.rules, j.need, lr.rule_sets))
         assert asdict(direct) == asdict(c), m.id
         assert c.rules == lr.rules and c.mfs == m.mfs, m.id
         if m.mfs is None:
@@ -45,3 +46,20 @@ def test_judge_is_compare_with_the_logs_own_terms(path: Path) -> None:
         # the one decision is the verdict module's, with the judged figures and that need
         got = run_verdict(m, c.headroom_mib, c.used_after_kv_mib, c.headroom_startup_mib, j.need)
         assert c.verdict == got[0], m.id
+
+
+def test_rule_sets_are_carried_as_a_list_into_results(ingested):
+    """A log judged with a range of candidate rule sets stores the list itself (results.parquet `rule_sets`), and
+    calibration reads that list: no prose label parsed back."""
+    from profiler.results.frames import rule_sets_of
+    from profiler.results.store import load_results
+
+    df = load_results(ingested)
+    for _, row in df.drop_duplicates("run_id").iterrows():
+        sets = rule_sets_of(row)
+        label = str(row["rules"]) if row["rules"] is not pd.NA else ""
+        if " … " in label:  # "0.5.3 … 0.5.8 (6 rule sets)": the list has its ends and its count
+            lo, hi = label.split(" (")[0].split(" … ")
+            assert sets[0] == lo and sets[-1] == hi and f"({len(sets)} rule sets)" in label, (label, sets)
+        elif label and label != "none":
+            assert sets == (label,), (label, sets)
