@@ -17,7 +17,7 @@ from profiler.analyse.compare import Comparison, compare, derive_variant, reserv
 from profiler.core import ui
 from profiler.core.errors import MemfracError
 from profiler.measure.machine import default_gpus, node_gpu_mib
-from profiler.model.a2a_inputs import deepep_sizes_mib
+from profiler.model.a2a_inputs import deepep_sizes_mib, inputs_for
 from profiler.model.gpus import gpu_from_mib
 from profiler.model.scenario import Scenario, load_scenarios
 from profiler.results.store import RunContext, Store
@@ -46,7 +46,7 @@ def context_for(s: Scenario, res_decode_max_bs: int | None, chunk: int | None) -
         moe_a2a_backend=s.moe_a2a_backend,
         decode_max_bs=res_decode_max_bs,
         chunked_prefill_size=chunk,
-        deepep_tokens=(s.deepep_dispatch_tokens or 128) if s.moe_a2a_backend == "deepep" else None,
+        deepep_tokens=inp.tokens_per_rank if s.moe_a2a_backend == "deepep" and (inp := inputs_for(s)) else None,
         hidden_size=shape.hidden_size,
         num_experts=shape.num_experts or None,
     )
