@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 
 from profiler.calibrate.codec import write_calibration
-from profiler.calibrate.fit import calibrate, render_text
+from profiler.calibrate.fit import calibrate
+from profiler.calibrate.render import render_text
 from profiler.calibrate.upstream import make_patch
 from profiler.core.errors import MemfracError
 

@@ -25,8 +25,8 @@ from profiler.calibrate.fit import (
     calibrate,
     evaluate_term,
     fit_deepep,
-    render_text,
 )
+from profiler.calibrate.render import render_text
 from profiler.core.errors import MemfracError
 from profiler.results.store import RunContext, load_results
 from tests.fixtures.results.handmade import mark_defaulted, run_rows, store_run, write_frame
