@@ -5,8 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from profiler.calibrate.shapes import calibrated_sum, floor_applies
+from profiler.calibrate.shapes import DIVISOR, calibrated_sum, floor_applies
 from profiler.model.heuristic.constants import FLOOR_MIB, PRE_FLOOR_TERMS
+
+#: What x counts in each term (x = today's MiB ÷ sglang's per-unit constant, `shapes.DIVISOR`).
+UNITS = {"activation": "tokens", "parallel": "tp·pp", "decode_graph": "bs", "prefill_graph": "buckets"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +61,11 @@ def calibrated_reserve(scenario: Any, reservation: Any, cal: dict[str, Any]) -> 
         new = float(each.get(name, mib))
         key = "prefill_graph_mla" if name == "prefill_graph" and scenario.shape.is_mla else name
         f = fs.get(key)
-        how = "unchanged" if f is None or new == mib else f"{f.form} ({key})"
+        if f is None or new == mib:
+            how = "unchanged"
+        else:
+            x = (analytic or 0.0) if f.form == "deepep" else mib / DIVISOR[key] if key in DIVISOR else 1.0
+            how = f"{f.form}: " + f.arithmetic(x, UNITS.get(key, ""), scenario.shape.hidden_size, scenario.tp)
         out.append(CalibratedTerm(name, mib, new, how))
     pre_t = sum(v for k, v in today.items() if k in PRE_FLOOR_TERMS)
     pre_n = sum(float(each.get(k, v)) for k, v in today.items() if k in PRE_FLOOR_TERMS)

@@ -74,6 +74,22 @@ class Fit:
             return self.slope * x + self.constant
         return self.constant + 0 * x
 
+    def arithmetic(self, x: float, unit: str, hidden: float | None = None, tp: float | None = None) -> str:
+        """The reserve as the arithmetic a reader can redo, e.g. "17.92 MiB × bs 256" (implied, shown)."""
+        n = f"{unit} {x:g}" if unit else f"{x:g}"
+        if self.form == "per_unit":
+            return f"{self.slope:g} MiB × {n}"
+        if self.form == "affine":
+            return f"{self.constant:g} MiB + {self.slope:g} MiB × {n}"
+        if self.form == "per_hidden":
+            return f"{self.slope:g} MiB × {n} × hidden {hidden:g}" if hidden else "hidden size unknown"
+        if self.form == "affine_scaled":
+            return (f"{self.constant:g} MiB + {self.slope:g} MiB × {n} × hidden {hidden:g} ÷ tp {tp or 1:g}"
+                    if hidden else "hidden size unknown")  # fmt: skip
+        if self.form == "deepep":
+            return f"{self.slope:g} × analytic {x:g} MiB + {self.constant:g} MiB"
+        return f"{self.constant:g} MiB"
+
     def predict(self, o: Any) -> float:
         """The reserve of one observation (an object with x, hidden and tp)."""
         return float(self.reserve(o.x, o.hidden, getattr(o, "tp", None)))

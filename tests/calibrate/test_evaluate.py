@@ -123,3 +123,15 @@ def test_the_heuristic_constants_live_in_one_place() -> None:
     r = subprocess.run(["grep", "-rn", r"1.5\b\|10 \* 1024\|60 \* 1024", str(ROOT / "profiler/calibrate")],
                        capture_output=True, text=True)  # fmt: skip
     assert r.stdout == ""
+
+
+def test_a_calibrated_term_shows_its_arithmetic():
+    """explain --calibration's "calibrated from" column: the fitted shape with the numbers a reader can redo."""
+    from profiler.calibrate.shapes import Fit
+
+    f = Fit("per_unit", slope=17.92)
+    assert f.arithmetic(256, "bs") == "17.92 MiB × bs 256" and float(f.reserve(256.0)) == 4587.52
+    a = Fit("affine", slope=1.0315, constant=495.87)
+    assert a.arithmetic(4, "bs") == "495.87 MiB + 1.0315 MiB × bs 4"
+    assert abs(float(a.reserve(4.0)) - 500.0) < 0.01  # 495.87 + 4.126 = 499.996: the tiny run's 500 MiB, covered
+    assert Fit("flat", constant=800.0).arithmetic(1, "") == "800 MiB"

@@ -197,7 +197,7 @@ def test_explain_with_calibration(results: Path, tmp_path: Path, capsys: pytest.
     out = capsys.readouterr().out
     # L40S 46068 MiB, decode node, max_bs 32: today 512 + 2048 × 1.5 + 128 + 32 × 2 = 3776 → round(42292/46068, 3)
     # = 0.918; calibrated 676 + 2048 × 0.75 + 128 + 32 × 5 = 2500 → round(43568/46068, 3) = 0.946.
-    assert "| decode_graph |        64 |            160 |     96 | per_unit (decode_graph)" in out
+    assert "| decode_graph |        64 |            160 |     96 | per_unit: 5 MiB × bs 32 " in out  # 5 × 32 = 160
     assert "| reserved     |     3,776 |          2,500 | -1,276 |" in out
     assert "| fraction     |     0.918 |          0.946 | +0.028 |" in out
     # KV: 46068 × (0.946 − 0.918) MiB more ≈ 1289.9 MiB × 2^20 / 131072 B per token ≈ 10,319 tokens
