@@ -300,3 +300,28 @@ def test_free_at_start_is_one_rule_read_by_ledger_compare_and_the_log_fraction()
     w3 = Phase("weights", after=Snapshot(free_mib=57.01 * 1024), usage_mib=36.6 * 1024)
     f3 = free_at_start(Rank(phases=[w3]))
     assert f3.mib == pytest.approx(93.61 * 1024) and (f3.how, f3.readings) == ("implied", 2)
+
+
+# --- 7. the other draft graph runners are draft windows, not unattributed ------------------------------------
+
+
+@pytest.mark.parametrize("path", [t.path for t in __import__("profiler.measure.probe.targets", fromlist=["T"]).TARGETS
+                                  if t.kind == "draft" and not t.required])  # fmt: skip
+def test_every_other_draft_capture_is_a_draft_window(tmp_path, path):
+    """spec_info.py's MultiLayerEagle, DFlash, FrozenKV-MTP, DSpark and Uno workers capture their graphs in one
+    method each (e.g. dflash_worker_v2.py `DFlashWorkerV2.init_cuda_graphs`), and eagle_worker_v2.py:276-284
+    builds the draft's multi-step attention backends after the draft ModelRunner's own: each resolves in the
+    installed sglang 0.5.23, and a 300 MiB graph pool made inside it is read back as that window, role draft,
+    300 MiB — so it lands in the draft's line, not in `unattributed`."""
+    from profiler.measure.probe.targets import TARGETS, resolve
+
+    (target,) = [t for t in TARGETS if t.path == path]
+    assert resolve(target).ok, resolve(target).note
+    s = sim_worker.Sim(tmp_path, 7790)
+    mr = sim_worker.model_runner()
+    s.startup(mr, 100000.0)
+    worker = SimpleNamespace(draft_runner=sim_worker.model_runner(draft=True), model_runner=mr)
+    plugin._hook_for(s.rec, target)(lambda _self: s.dev.graph_pool(300.0), worker)
+    s.close()
+    (ph,) = [p for p in read_probe_dir(tmp_path).ranks[0].phases if p.name == target.phase and p.role == "draft"]
+    assert ph.used_mib == 300.0
