@@ -254,6 +254,37 @@ class Sim:
     def attention_backends(self, mib: float, mr: Any) -> None:
         self.call("phase", "attention_backends", lambda _mr: self.dev.alloc(mib), mr)
 
+    def draft_multistep_backends(self, mib: float) -> None:
+        """eagle_worker_v2.py:276-284 `EagleDraftWorker.init_attention_backends`: the draft ModelRunner's own
+        `init_attention_backends` (its own window, above), then `self.init_attention_backend()` (:391-420):
+        DraftBackendFactory's multi-step decode backend — one backend per draft step (e.g. flashinfer_backend.py
+        FlashInferMultiStepDraftBackend: `kv_indptr` (num_steps, max_bs + 1) and a backend per step;
+        flashattention_backend.py:3482-3503 FlashAttentionMultiStepBackend) — and the draft-extend backend.
+        memfrac hooks it (targets.py: `attention_backends`, kind draft): a sibling window after the
+        ModelRunner's, role draft."""
+        worker = SimpleNamespace(draft_runner=model_runner(draft=True, speculative=True))
+        self.call("draft", "attention_backends", lambda _w: self.dev.alloc(mib), worker)
+
+    def sampling_prewarm(self, borrow: bool = False) -> None:
+        """scheduler.py:1160-1171, right after `init_all_cuda_graphs` (:1146), on the forward stream:
+        `prewarm_graph_pool_borrow()` (runner_utils/pool.py:177-184) calls torch.cuda.current_blas_handle() only
+        when SGLANG_ENABLE_GRAPH_POOL_BORROW (environ.py:1650, default False): torch allocates the forward
+        stream's cuBLAS workspace through its caching allocator, 4,096 KiB × 8 = 32 MiB on sm90 (torch's
+        CublasHandlePool default `:4096:8`). Then `prewarm_sampling()`: ModelRunner's only returns an empty
+        SamplingPrewarmResult (model_runner.py:1165-1168) and an EAGLE worker's is the target's
+        (base_spec_worker.py:240-241) — nothing allocated. No memfrac hook: lands in `unattributed`."""
+        if borrow:
+            self.unhooked(CUBLAS_WORKSPACE_MIB)
+
+    def init_overlap(self) -> None:
+        """scheduler.py:692 `self.init_overlap()` (after init_disaggregation, :689) → :1664-1686: FutureMap is
+        always on (:1667), overlap or not: `spec_algorithm.create_future_map` (spec_info.py:185-200) →
+        overlap_utils.py:304-322 `output_tokens_buf` and `new_seq_lens_buf`, int64 × req_pool_size each (2 ×
+        2,049 × 8 B = 32 KiB), plus streams (no memory). Sub-MiB tensors are carved from a fresh 2 MiB
+        small-block segment of torch's caching allocator (the capture's empty_cache left none cached): 2 MiB
+        reserved. No memfrac hook: lands in `unattributed`."""
+        self.unhooked(FUTURE_MAP_MIB)
+
     def eager_runner(self, static_mib: float, warmup_mib: float, mr: Any) -> None:
         """runner/eager_runner.py `EagerRunner.__init__(model_runner)`: the fixed-max static buffer, then a
         warm-up forward whose activations stay in torch's cache (cuda_graph_setup.py capture_cuda_graphs)."""
@@ -370,18 +401,30 @@ class Sim:
 # ---------------------------------------------------------------------------------------------------------
 
 LLAMA_BPT = 131072.0
+#: Allocations sglang makes between hooked windows (no memfrac hook sees them: they are `unattributed`).
+CUBLAS_WORKSPACE_MIB = 32.0  # prewarm_graph_pool_borrow, SGLANG_ENABLE_GRAPH_POOL_BORROW (Sim.sampling_prewarm)
+FUTURE_MAP_MIB = 2.0  # init_overlap's FutureMap, every life (Sim.init_overlap)
+#: A hooked one: the EAGLE draft's multi-step attention backends (EagleDraftWorker.init_attention_backend).
+DRAFT_MULTISTEP_MIB = 16.0
 DECODE_RUNGS = [(256, 900.0), (128, 20.0), (64, 10.0), (32, 6.0), (16, 4.0), (8, 2.0), (4, 2.0), (2, 2.0), (1, 2.0)]
 
 
 def unified(out: Path) -> None:
     """A unified worker: prefill graph first, then decode graphs reusing its pool (growth beyond 500 MiB:
-    400 at bs 256), a precarve peak reset inside the prefill capture, and a light serving load."""
+    400 at bs 256), a precarve peak reset inside the prefill capture, and a light serving load. With
+    SGLANG_ENABLE_GRAPH_POOL_PRECARVE and SGLANG_ENABLE_GRAPH_POOL_BORROW: after capture the sampling prewarm
+    makes the forward stream's cuBLAS workspace (32, unhooked; scheduler.py:1167 — borrowing then lets
+    step-local eager allocations reuse wholly free graph-pool segments, environ.py:1649, which could only lower
+    this light serving draw; it is modelled as plain cached activations); init_disaggregation makes nothing
+    without a PD role (its empty window is left out); init_overlap's FutureMap (2, unhooked; scheduler.py:692)."""
     s = Sim(out, 1001)
     mr = model_runner()
     s.startup(mr, 117000.0)
     s.prefill_graph(500.0, 1500.0, mr, precarve_reset=True)
     s.decode_graph([(256, 400.0), *DECODE_RUNGS[1:]], mr)
     s.finalize(20.0, mr)
+    s.sampling_prewarm(borrow=True)
+    s.init_overlap()
     s.serve([300.0, 250.0, 200.0])
     s.close()
 
@@ -389,7 +432,9 @@ def unified(out: Path) -> None:
 def decode(out: Path, deepep: bool = False) -> None:
     """A PD decode worker: no prefill graph (role gating), decode graphs with their own 900 MiB pool, the
     warm-up request (1,800 MiB of activations) before a 2,300 MiB serving peak. `deepep`: the DeepEP buffer
-    (2,500 MiB, outside torch) and a lazily created NCCL buffer (64 MiB) inside the first decode capture."""
+    (2,500 MiB, outside torch) and a lazily created NCCL buffer (64 MiB) inside the first decode capture.
+    After capture: the sampling prewarm (nothing at the default flags, scheduler.py:1166-1170), then
+    init_disaggregation 30 (scheduler.py:689) and init_overlap's FutureMap 2 (unhooked, scheduler.py:692)."""
     s = Sim(out, 2001 if not deepep else 3001)
     mr = model_runner()
     s.startup(mr, 117000.0)
@@ -402,19 +447,25 @@ def decode(out: Path, deepep: bool = False) -> None:
 
     s.decode_graph(DECODE_RUNGS, mr, inside_first=first)
     s.finalize(20.0, mr)
+    s.sampling_prewarm()
     s.disaggregation_init(30.0)
+    s.init_overlap()
     s.serve([1800.0, 2300.0, 2000.0])
     s.close()
 
 
 def prefill(out: Path) -> None:
-    """A PD prefill worker: the prefill graph only, chunked-prefill activations of 3,000 MiB while serving."""
+    """A PD prefill worker: the prefill graph only, chunked-prefill activations of 3,000 MiB while serving;
+    the sampling prewarm (nothing at the default flags), init_disaggregation 30, init_overlap's FutureMap 2
+    (unhooked, scheduler.py:692)."""
     s = Sim(out, 4001)
     mr = model_runner()
     s.startup(mr, 110000.0)
     s.prefill_graph(500.0, 1200.0, mr)
     s.finalize(20.0, mr)
+    s.sampling_prewarm()
     s.disaggregation_init(30.0)
+    s.init_overlap()
     s.serve([2500.0, 3000.0])
     s.close()
 
@@ -422,7 +473,12 @@ def prefill(out: Path) -> None:
 def eagle(out: Path) -> None:
     """A unified EAGLE worker: the draft ModelRunner repeats baseline, weights, kv_pool, attention backends,
     eager runner and finalize (eagle_worker_v2.py builds TpModelWorker(is_draft_worker=True)); the target's
-    capture_decode_graph captures the verify graph; the draft's own graphs come from its runners' __init__."""
+    capture_decode_graph captures the verify graph; the draft's own graphs come from its runners' __init__.
+    scheduler.py:1113-1117 init_all_attention_backends: the target's, then the draft's (its ModelRunner's 20,
+    then the multi-step backends 16 in their own hooked window, eagle_worker_v2.py:283-284); after every capture
+    the sampling prewarm (the target's: nothing, base_spec_worker.py:240-241) and init_overlap's FutureMap 2
+    (unhooked, scheduler.py:692; the spec relay buffers of overlap_utils.py:373-417 are made lazily at the
+    first decode that carries them, while serving)."""
     s = Sim(out, 5001)
     target, draft = model_runner(speculative=True), model_runner(draft=True, speculative=True)
     s.init_parallel()
@@ -434,6 +490,7 @@ def eagle(out: Path) -> None:
     s.kv_pool(3000.0, 0.0, 4096.0, draft, tokens=880000)  # the target's 110,000 MiB × 8 tokens/MiB
     s.attention_backends(60.0, target)
     s.attention_backends(20.0, draft)
+    s.draft_multistep_backends(DRAFT_MULTISTEP_MIB)
     s.eager_runner(240.0, 700.0, target)
     s.prefill_graph(500.0, 1200.0, target)
     s.decode_graph([(64, 1100.0), (32, 20.0), (16, 10.0), (8, 6.0), (4, 4.0), (2, 2.0), (1, 2.0)], target)
@@ -442,6 +499,8 @@ def eagle(out: Path) -> None:
     s.finalize(0.0, draft)
     s.draft_graph("draft_graph", [(64, 280.0), (32, 10.0), (16, 10.0)])
     s.draft_graph("draft_extend_graph", [(64, 140.0), (32, 10.0)])
+    s.sampling_prewarm()
+    s.init_overlap()
     s.serve([1500.0, 1900.0])
     s.close()
 
