@@ -409,6 +409,10 @@ def attribute(rank: Rank, memory_kind: str, resolution_mib: float | None = None)
         if p.name in _MARKERS:
             continue
         if p.name == "runtime":
+            # the end of startup is the serving baseline: what sglang allocates after the last hooked window
+            # (init_overlap's FutureMap, scheduler.py:1664-1686; the sampling prewarm, 1160-1171) is in it
+            if (base := _level(p.before, host)) is not None and not w.skipped:
+                att.end_of_startup_free_mib = base
             _charge_runtime(w, rank, p, host)
             continue
         b, a, _ = _ends(p, host, None if w.skipped else w.cursor)

@@ -235,10 +235,8 @@ def test_decode_node_comparison(traces):
     assert c.free_at_start_mib == F
     assert c.slack_mib == pytest.approx(10150.941)
     assert c.used_after_kv_mib == 3600.0
-    # startup headroom as memfrac reads it: the end of the last hooked window (disaggregation_init, 8,873), not
-    # the 8,871 left once init_overlap made its FutureMap (see test_startup_headroom_counts_the_allocations_after_
-    # the_last_window, xfail)
-    assert c.headroom_mib == 6571.0 and c.headroom_startup_mib == 8873.0
+    # startup headroom: the serving baseline, 8,873 after disaggregation_init − init_overlap's FutureMap 2 = 8,871
+    assert c.headroom_mib == 6571.0 and c.headroom_startup_mib == 8871.0
     assert c.kv_bytes_per_token == 131072.0 and c.kv_tokens == 936000
     assert c.wasted_kv_tokens == 44376
     assert c.recommended_mfs == 0.967
@@ -252,15 +250,10 @@ def test_decode_node_comparison(traces):
     assert c.ledger is not None and c.ledger.closes
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="memfrac defect: headroom_startup_mib is the free after the last hooked "
-    "window (compare.py: att.end_of_startup_free_mib), so what sglang makes after it and before "
-    "serving (init_overlap's FutureMap, the sampling prewarm) is left out",
-)
 def test_startup_headroom_counts_the_allocations_after_the_last_window(traces):
-    """The end of startup is the serving baseline: decode 8,873 − FutureMap 2 = 8,871 (memfrac: 8,873);
-    unified 8,903 − cuBLAS workspace 32 − FutureMap 2 = 8,869 (memfrac: 8,903)."""
+    """The end of startup is the serving baseline (ledger: the runtime window's before): decode 8,873 −
+    FutureMap 2 = 8,871; unified 8,903 − cuBLAS workspace 32 − FutureMap 2 = 8,869. It was the free after the
+    last hooked window (8,873 / 8,903), leaving out what sglang makes after it and before serving."""
     dec = compare(_m(traces["decode"], "decode", "decode"), reserve(HeuristicInputs(mode="decode", **LLAMA), R23))
     uni = compare(_m(traces["unified"], "unified", "null"), reserve(HeuristicInputs(mode="null", **LLAMA), R23))
     assert (dec.headroom_startup_mib, uni.headroom_startup_mib) == (8871.0, 8869.0)
