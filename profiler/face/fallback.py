@@ -18,7 +18,7 @@ from profiler.model.scenario import load_scenarios
 from profiler.results.store import Store
 from profiler.sweep.executors import Job, JobResult, LocalExecutor
 from profiler.sweep.plan import Plan, make_plan, render_plan
-from profiler.sweep.sweep import Say, SweepSummary, _say_stderr, record, run_sweep
+from profiler.sweep.sweep import Say, SweepSummary, _say_stderr, record, record_skipped, run_sweep
 
 PACKAGE = Path(__file__).resolve().parents[1]
 CPU_SMOKE = PACKAGE.parent / "scenarios" / "cpu-smoke-decode.toml"
@@ -59,6 +59,9 @@ def cpu_fallback(plan: Plan, path: str, out_dir: Path, say: Say, echo: Callable[
     smoke = load_scenarios(CPU_SMOKE)
     smoke_plan = make_plan(smoke, [0], validate=False)  # the bundled smoke scenario; the plan above was validated
     summary = SweepSummary()
+    for g in plan.runs:  # what a GPU node would skip too: recorded with the reason, so the report lists it
+        if why := plan.skipped.get(g.key):
+            record_skipped(store, g, why, summary)
 
     def done(r: JobResult) -> None:
         record(store, smoke_plan, r, summary)

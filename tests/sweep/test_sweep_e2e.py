@@ -26,6 +26,9 @@ def test_main_job_fallback_without_cuda(tmp_path, monkeypatch):
     assert out[0].startswith("no CUDA device here: measuring nothing on a GPU")
     assert "18 scenarios → 9 worker starts" in text and "3 skipped: predicted not to load" in text
     assert "floor_topup" in text
+    man = json.loads((tmp_path / "r" / "manifest.json").read_text())["runs"]
+    skipped = {k: v for k, v in man.items() if v["status"] == "skipped"}
+    assert len(skipped) == 3 and all("not" in v["reason"] and "load" in v["reason"] for v in skipped.values())
     df = pd.read_parquet(tmp_path / "r" / "results.parquet")
     smoke = df[df["scenario"] == "cpu-smoke-decode"]
     assert len(smoke) and set(smoke["memory_kind"]) == {"host"} and set(smoke["source"]) == {"probe"}
