@@ -11,8 +11,9 @@ window charged once, nested windows subtracted from their parents):
 
 | term | measured as |
 |---|---|
-| activation | serving peak above the serving baseline (taken before sglang's warm-up request) |
-| decode_graph, prefill_graph | capture windows; both captured → judged jointly (one shared graph pool) |
+| activation | serving peak above its baseline (taken before the warm-up request) + the prefill graph's torch pool |
+| prefill_graph | the prefill capture's non-torch growth — all sglang's term counts (memory_hook.py:385) |
+| decode_graph | the decode capture's torch growth (beyond a shared prefill pool) |
 | dp_padding, prefill_bcg_deepep | not separable from their graph: summed with it |
 | deepep_a2a | DeepEP buffer creation window (driver: NVL + NVSHMEM heap + workspace), analytic size beside it |
 | constant | attention backends + eager runner + finalize + disaggregation init (torch part on a GPU) |
@@ -20,7 +21,8 @@ window charged once, nested windows subtracted from their parents):
 | speculative | every window of a draft model but its weights and KV pool (sglang ≥ 0.5.14 reserves 0 for it) |
 | floor_topup | the part of the floor that the other terms' overflow consumed |
 
-Logs show only some of these (graph capture, headroom); the rest are `unobservable`, said per term.
+Activation is "not_reached" when the load never ran the forward its reserve is for (profiler.analyse.load). Logs
+show only some of these (graph capture, headroom); the rest are `unobservable`, said per term.
 """
 
 from __future__ import annotations
@@ -30,16 +32,18 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from profiler.analyse.ledger import Attribution, Ledger, attribute, ledger_of
+from profiler.analyse.load import Reach, load_note, reaches
 from profiler.analyse.verdict import Need, headroom_verdict, run_verdict
 from profiler.analyse.verdict import runtime_need as verdict_need
 from profiler.core.errors import MemfracError
 from profiler.core.measurement import Measurement, Phase, Rank
 from profiler.model.heuristic import Reservation
 from profiler.model.heuristic.record import TERM_NAMES
+from profiler.model.kv_sizing import KvSizingInputs, check_replay, largest_fraction, size_at
 
 #: Default safety margin added to what was used when recommending a fraction.
 DEFAULT_MARGIN_MIB = 1024.0
-TERM_VERDICTS = ("under", "fits", "over", "unobservable", "off")
+TERM_VERDICTS = ("under", "fits", "over", "not_reached", "unobservable", "off")
 _GRAPHS = ("prefill_graph", "decode_graph", "verify_graph", "draft_graph", "draft_extend_graph")
 
 
@@ -102,6 +106,13 @@ class Comparison:
     mfs_reconstructed: float | None = None  # memfrac's reconstruction of sglang's fraction for the scenario
     mfs_finding: str = ""  # the worker's fraction (/server_info) differs from the reconstruction: why it matters
     judged_rank: int | None = None  # index into Measurement.ranks of the rank judged (closest to OOM)
+    request_pools_mib: float | None = None  # req_to_token + allocator index, built out of the slack (read)
+    room_mib: float | None = None  # slack − request pools: what the fraction really leaves the worker
+    need_mib: float | None = None  # what the worker measured it needs of that room: used after the KV pool
+    pending_mib: float | None = None  # runtime need beyond the worst point seen (an unreached reserve)
+    load: tuple[str, ...] = ()  # per worst case: what the load reached of it (profiler.analyse.load)
+    load_reached: bool | None = None  # every worst case of the role reached (None: no batch record)
+    recommended_basis: str = ""  # how recommended_mfs was reached (replay, partial load, or why it is withheld)
 
     def term(self, name: str) -> TermComparison:
         for t in self.terms:
@@ -253,7 +264,8 @@ def _verdict(reserved: float, measured: float | None, resolution: float) -> str:
 
 
 def _term_rows(
-    m: Measurement, res: Reservation, att: Attribution | None, resolution: float, used_total: float | None
+    m: Measurement, res: Reservation, att: Attribution | None, resolution: float, used_total: float | None,
+    unreached: str = "",
 ) -> list[TermComparison]:
     mib = dict(zip(TERM_NAMES, res.term_mib, strict=True))
     on = dict(zip(TERM_NAMES, res.term_on, strict=True))
@@ -282,22 +294,27 @@ def _term_rows(
             note = (note + "; " if note else "") + "host RSS of a CPU run: not comparable with GPU reserves"
         rows.append(TermComparison(name, reserved, value, v, src, note))
 
-    add(("activation",), measured("activation"), source("activation", "no serving load observed"))
+    act = measured("activation")
+    add(("activation",), act, source("activation", "no serving load observed"))
+    if unreached and act is not None and not host and rows[-1].verdict in ("under", "fits", "over"):
+        rows[-1] = replace(rows[-1], verdict="not_reached",
+                           note=f"the load did not reach the forward this reserve is for: {unreached}")  # fmt: skip
 
+    # Each family on its own row, by sglang's meaning of its term (memory_hook.py:364-389): the prefill term counts
+    # only the graph's non-torch memory — its torch pool, which the decode graphs reuse ("later backends reuse the
+    # same handle", runner_utils/pool.py), is activation memory; the decode term covers the growth beyond it.
     dec, pre = measured("decode_graph"), measured("prefill_graph")
+    pre_note = ""
+    if pre is not None and m.source == "log":
+        pre_note = (f"the log's capture window ({pre:,.0f} MiB) holds the graph's torch pool, activation memory "
+                    "by sglang's meaning (memory_hook.py:385); the non-torch part the term counts is not printed")
+        pre = None
     dec_names = ("decode_graph", "dp_padding") if on["dp_padding"] else ("decode_graph",)
     pre_names = ("prefill_graph", "prefill_bcg_deepep") if on["prefill_bcg_deepep"] else ("prefill_graph",)
-    if dec is not None and pre is not None:
-        # runner_utils/pool.py: "later backends reuse the same handle" — prefill is captured first "so both
-        # coalesce" (cuda_graph_setup.py): the decode window holds only the growth beyond the prefill pool,
-        # so neither window alone is its family's footprint; the pool the device pays for is their sum.
-        add(pre_names + dec_names, dec + pre,
-            "prefill + decode capture windows, judged jointly: both capture into one shared graph pool")  # fmt: skip
-    else:
-        add(dec_names, dec, source("decode_graph", "no decode capture seen"),
-            "padding not separable" if on["dp_padding"] else "")  # fmt: skip
-        add(pre_names, pre, source("prefill_graph", "no prefill capture seen"),
-            "DeepEP first touch not separable" if on["prefill_bcg_deepep"] else "")  # fmt: skip
+    add(dec_names, dec, source("decode_graph", "no decode capture seen"),
+        "padding not separable" if on["dp_padding"] else "")  # fmt: skip
+    add(pre_names, pre, source("prefill_graph", "no prefill capture seen"),
+        "; ".join(x for x in ("DeepEP first touch not separable" if on["prefill_bcg_deepep"] else "", pre_note) if x))
 
     add(("deepep_a2a",), measured("deepep_a2a"), source("deepep_a2a", "no DeepEP buffer creation seen"))
     add(("constant",), measured("constant"),
@@ -337,7 +354,7 @@ def _term_rows(
 
 
 #: Run verdicts of a finished startup whose headroom was judged: only they say how much KV was left unused.
-JUDGED_VERDICTS = ("tight", "ok", "wasteful")
+JUDGED_VERDICTS = ("short", "tight", "ok", "wasteful")
 
 
 @dataclass(frozen=True, slots=True)
@@ -347,7 +364,8 @@ class Spare:
 
     kv_unused_mib: float | None  # max(0, worst − pending runtime need − margin)
     wasted_kv_tokens: int | None  # kv_unused_mib as KV tokens (exact bytes per token of the pool)
-    recommended_mfs: float | None  # floor((1 − (used + pending + margin) / free_at_start) × 1000) / 1000; None ≤ 0
+    recommended_mfs: float | None  # the largest fraction whose headroom keeps the margin (see `spare`); None ≤ 0
+    basis: str = ""  # how recommended_mfs was reached, or why there is none
 
 
 def spare(
@@ -355,22 +373,104 @@ def spare(
     worst: float | None,
     used: float | None,
     start: float | None,
-    need: Need | None,
-    served: bool,
+    pending: float | None,
     margin_mib: float,
     bpt: float | None,
+    sizing: KvSizingInputs | None = None,
+    why_not_replayed: str = "",
 ) -> Spare:
-    """What runtime needs beyond the worst point seen (`pending`): nothing when serving was measured (the worst
-    point holds its peak), else the need the verdict used (the activation reserve of a startup-only source),
-    unknown without one. A startup log's free memory is what the activations are for: counting it as unused KV
-    would call the activation reserve waste."""
-    pending = 0.0 if served else need[0] if need is not None else None
+    """What a judged run left unused, and the fraction to recommend.
+
+    `pending` is what runtime still needs beyond the worst point seen: nothing when the load reached every worst
+    case (the worst point holds its peak), the unreached part of the activation reserve otherwise, the reserve
+    itself for a startup-only source; None (unknown) gives no recommendation. A startup log's free memory is what
+    the activations are for: counting it as unused KV would call the activation reserve waste.
+
+    With `sizing` (the worker's own sizes, profiler.model.kv_sizing) the fraction is sglang's sizing replayed:
+    the largest f on the 0.001 grid where worst − pending − Δpool(f) − Δrequest pools(f) ≥ margin — a higher
+    fraction buys tokens, which admit more requests, whose req_to_token rows come out of the slack
+    (kv_cache_configurator.py:478-482); the need measured is kept as it was measured. Without it,
+    1 − (used + pending + margin) / free at start, which assumes the slack is the worker's whole — the basis says so."""
     if verdict not in JUDGED_VERDICTS or pending is None:
-        return Spare(None, None, None)
+        why = "not judged" if verdict not in JUDGED_VERDICTS else "what runtime still needs is unknown"
+        return Spare(None, None, None, f"none: {why}")
     unused = None if worst is None else max(0.0, worst - pending - margin_mib)
     wasted = None if unused is None or not bpt else int(unused * 2**20 // bpt)
+    if sizing is not None and worst is not None:
+        at = size_at(sizing, sizing.mfs)
+
+        def headroom(f: float) -> float:
+            z = size_at(sizing, f)
+            extra = z.pool_mib - at.pool_mib + z.slack_pools_mib - at.slack_pools_mib
+            return worst - pending - extra
+
+        rec = largest_fraction(lambda f: headroom(f) >= margin_mib, 0.001)
+        if rec is None:
+            return Spare(unused, wasted, None, "none: no fraction leaves the margin (sglang's sizing replayed)")
+        z = size_at(sizing, rec)
+        basis = (f"sglang's sizing replayed at {rec:.3f}: {z.tokens:,} tokens admit {z.requests:,} requests, "
+                 f"req_to_token + allocator {z.slack_pools_mib:,.0f} MiB out of the slack (at {sizing.mfs:.3f}: "
+                 f"{at.slack_pools_mib:,.0f}); headroom {headroom(rec):,.0f} MiB ≥ margin {margin_mib:,.0f}")
+        return Spare(unused, wasted, rec, basis)
     rec = None if used is None or not start else math.floor((1 - (used + pending + margin_mib) / start) * 1000) / 1000
-    return Spare(unused, wasted, rec if rec is None or rec > 0 else None)  # ≤ 0: no fraction leaves that much
+    basis = (f"1 − (used {used:,.0f} + pending {pending:,.0f} + margin {margin_mib:,.0f}) / free at start {start:,.0f}"
+             if used is not None and start else "none: no reading after the KV pool")  # fmt: skip
+    if why_not_replayed and rec is not None:
+        basis += f" — the request pools' growth with the fraction not replayed ({why_not_replayed})"
+    ok = rec is not None and rec > 0
+    return Spare(unused, wasted, rec if ok else None, basis if ok or rec is None else "none: ≤ 0")
+
+
+def sizing_inputs(m: Measurement, r: Rank | None, mfs: float | None) -> tuple[KvSizingInputs | None, str]:
+    """The worker's own sizes the replay rests on (its kv_pool record), or why there are none."""
+    if r is None or mfs is None:
+        return None, "no fraction" if mfs is None else "no rank"
+    kv = r.phase("kv_pool")
+    if kv is None:
+        return None, "no KV pool record"
+    d = kv.details
+    if d.get("post_capture_active"):
+        return None, "post-capture KV sizing: the pool is sized after capture, not from the fraction"
+    need = ("budget_mib", "kv_tokens", "context_len", "max_running_requests", "req_to_token_rows",
+            "req_to_token_cols")  # fmt: skip
+    missing = [k for k in need if not isinstance(d.get(k), int | float) or isinstance(d.get(k), bool)]
+    f = r.free_at_start()
+    kvf = kv_figures(r)
+    if missing or f.mib is None or not kvf.total_mib or not kvf.tokens:
+        what = ", ".join(missing) or "free at start / the pool's size"
+        return None, f"the {kv.source} record lacks {what}"
+
+    def cli(key: str) -> int | None:
+        v = m.args.get(key)
+        return int(v) if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
+
+    x = KvSizingInputs(
+        mfs=mfs, pre_model_load_mib=f.mib, budget_mib=float(d["budget_mib"]), tokens=int(kvf.tokens),
+        pool_mib=float(kvf.total_mib), context_len=int(d["context_len"]), requests=int(d["max_running_requests"]),
+        req_rows=int(d["req_to_token_rows"]), req_cols=int(d["req_to_token_cols"]),
+        allocator_mib=float(d.get("allocator_mib") or 0.0), page_size=int(d.get("page_size") or 1),
+        max_total_tokens=cli("max_total_tokens"), max_running_requests=cli("max_running_requests"),
+        attn_dp_size=m.identity.attn_dp or 1,
+    )  # fmt: skip
+    bad = check_replay(x)
+    return (None, f"the replay at the worker's own fraction does not give it back: {bad}") if bad else (x, "")
+
+
+def _admission_note(x: KvSizingInputs, rs: tuple[Reach, ...], rec: float | None) -> str:
+    """The recommendation keeps the need the load measured. A decode load that ran every request the pool held at
+    once measured it at that count; at a higher fraction the pool admits (and holds) more at once, and the eager
+    decode's activations grow with them (logits per request, layers/logits_processor.py): say by how much the count
+    grows, so a reader can weigh it — memfrac does not scale a measurement it did not make."""
+    dec = next((z for z in rs if z.kind == "decode" and z.reached and z.target), None)
+    if dec is None or rec is None or rec <= x.mfs:
+        return ""
+    at, z = size_at(x, x.mfs), size_at(x, rec)
+    by_pool = dec.target < at.requests
+    more = dec.target * z.tokens / at.tokens if by_pool else z.requests
+    if more <= dec.target:
+        return ""
+    return (f"the activation was measured at {dec.target:,} requests at once; at {rec:.3f} the pool "
+            f"{'holds' if by_pool else 'admits'} ~{more:,.0f} ({more / dec.target - 1:+.1%}): not scaled")
 
 
 @dataclass(frozen=True, slots=True)
@@ -424,11 +524,33 @@ def compare(
     kv = kv_figures(r)
     bpt = kv.bytes_per_token
     resolution = max((p.resolution_mib or 0.0) for p in r.phases) if r and r.phases else 0.0
-    rows = _term_rows(m, res, att, resolution, used) if res is not None else []
-    served = att is not None and att.total("activation") is not None
-    need = verdict_need(m, res) if judging is None else judging.need
+    rs = reaches(m, r, m.identity.mode) if m.source == "probe" and m.memory_kind == "gpu" else ()
+    unreached = load_note(rs)
+    rows = _term_rows(m, res, att, resolution, used, unreached) if res is not None else []
+    served_act = _served_activation(att)
+    act_reserve = res.mib("activation") if res is not None and _on(res, "activation") else None
+    if judging is not None:
+        need = judging.need
+        pending = 0.0 if served_act is not None else need[0] if need is not None else None
+    elif served_act is not None and not unreached:
+        need, pending = (served_act, "measured runtime peak (probe)"), 0.0
+    elif served_act is not None:  # a partial load: the reserve stands for the forward it never ran
+        full = max(served_act, act_reserve) if act_reserve is not None else None
+        need = None if full is None else (full, f"the activation reserve — the load did not reach its worst case "
+                                                f"({unreached})")  # fmt: skip
+        pending = None if full is None else full - served_act
+    else:
+        need = verdict_need(m, res)
+        pending = need[0] if need is not None else None
     verdict, reason = run_verdict(m, worst, used, end_startup, need)
-    s = spare(verdict, worst, used, start, need, served, margin_mib, bpt)
+    x, why_not = sizing_inputs(m, r, mfs) if m.source == "probe" and m.memory_kind == "gpu" else (None, "")
+    s = spare(verdict, worst, used, start, pending, margin_mib, bpt, x, why_not_replayed=why_not)
+    basis = s.basis
+    if x is not None and (note := _admission_note(x, rs, s.recommended_mfs)):
+        basis += f"; {note}"
+    if unreached and s.recommended_mfs is not None:
+        basis += f"; rests on a partial load: {unreached} — the activation reserve stands in for the rest"
+    pools = _request_pools(r)
     if unread and verdict == "unknown" and att is not None and att.worst_free_mib is not None:
         reason = (f"headroom unknown: {', '.join(unread)} ran after the last free-memory reading "
                   f"({att.worst_free_mib / 1024:.2f} GiB free) and printed no memory")  # fmt: skip
@@ -482,7 +604,32 @@ def compare(
         mfs_reconstructed=recon,
         mfs_finding=finding,
         judged_rank=j.index,
+        request_pools_mib=pools,
+        # post-capture sizing sizes the pool after capture, not from the fraction: the slack is no room there
+        room_mib=None if slack is None or kv.upper_bound_mib is not None else slack - (pools or 0.0),
+        need_mib=used,
+        pending_mib=pending,
+        load=tuple(z.describe() for z in rs),
+        load_reached=None if not rs or any(z.reached is None for z in rs) else all(z.reached for z in rs),
+        recommended_basis=basis,
     )
+
+
+def _on(res: Reservation, term: str) -> bool:
+    return bool(dict(zip(TERM_NAMES, res.term_on, strict=True))[term])
+
+
+def _served_activation(att: Attribution | None) -> float | None:
+    """The activation the serving load itself drew (the runtime window's charge; the prefill graph's pool, also
+    activation memory, is startup's and already inside the worst point either way). None: no serving measured."""
+    cs = [] if att is None else [c for c in att.charged("activation") if c.window.startswith("runtime")]
+    return sum(c.mib for c in cs) if cs else None
+
+
+def _request_pools(r: Rank | None) -> float | None:
+    kv = _phase(r, "kv_pool")
+    v = kv.details.get("request_pools_mib") if kv is not None else None
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
 
 
 def _label(rk: Rank, labels: list[str]) -> str:
@@ -604,7 +751,7 @@ def derive_variant(c: Comparison, res: Reservation, name: str, max_bs: int) -> C
             )
     verdict, reason = c.verdict, c.reason
     act = next((t for t in c.terms if t.term == "activation"), None)
-    served = act is not None and act.measured_mib is not None
+    served = act is not None and act.measured_mib is not None and act.verdict != "not_reached"
     act_on = dict(zip(TERM_NAMES, res.term_on, strict=True))["activation"]
     need = (
         (act.measured_mib, "measured runtime peak (probe), of the run it is derived from")
@@ -613,10 +760,12 @@ def derive_variant(c: Comparison, res: Reservation, name: str, max_bs: int) -> C
         if act_on
         else None
     )
+    pending = c.pending_mib if c.pending_mib is not None else 0.0 if served else need[0] if need is not None else None
     if c.failure_kind is None and headroom is not None and used is not None and c.memory_kind == "gpu":
         verdict, reason = headroom_verdict(headroom, used, need)
         reason += " (estimated)"
-    s = spare(verdict, headroom, used, c.free_at_start_mib, need, served, c.margin_mib, c.kv_bytes_per_token)
+    s = spare(verdict, headroom, used, c.free_at_start_mib, pending, c.margin_mib, c.kv_bytes_per_token,
+              why_not_replayed="a variant read from another start's ladder")  # fmt: skip
     return replace(
         c,
         measurement_id=f"{c.measurement_id}>{name}",
@@ -637,4 +786,8 @@ def derive_variant(c: Comparison, res: Reservation, name: str, max_bs: int) -> C
         ledgers=(),
         wasted_kv_tokens=s.wasted_kv_tokens,
         kv_unused_mib=s.kv_unused_mib,
+        recommended_basis=s.basis,
+        pending_mib=pending,
+        need_mib=used,
+        room_mib=None if slack is None else slack - (c.request_pools_mib or 0.0),
     )

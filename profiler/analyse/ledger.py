@@ -20,6 +20,35 @@ the DeepEP buffer's creation (2,500, all non-torch) → deepep_a2a 2,500, and th
 Parallel = non-torch growth after the KV pool (NCCL buffers made at the first collective, cuBLAS
 workspaces, graph exec objects), read as driver Δ − torch reserved Δ per window; only the probe on a GPU
 sees the split, so a log charges whole windows to their phase's line and says so.
+
+What each line is, by what sglang 0.5.23's reserve term means (arg_groups/memory_hook.py; the line numbers are that
+file's), so that a measured line and the constant it is judged against cover the same memory, for every role:
+
+- kv_pool — not a term: the fraction's static part (the target's K/V buffers, a draft's). Charged: configure's
+  window less the request pools; a post-capture resize.
+- request_pools — not a term: req_to_token and the allocator's index, built out of the SLACK after the pool is
+  sized (kv_cache_configurator.py:478-482), so a recommended fraction replays them (profiler.model.kv_sizing).
+  Charged: configure's window, sizes read off sglang's objects by the probe.
+- activation — `activation_tokens × 1.5` (:296-310): "activation slack" for the largest forward, a chunk (prefill,
+  unified) or the running requests × draft tokens (decode). The prefill graph's torch pool is activation memory:
+  "torch memory is reused by cuda graph capture" (:385) — the breakable graph's buckets reach the chunk and every
+  chunk replays in that pool. Charged: the serving peak above its baseline + the prefill capture's torch
+  reserved Δ (probe on a GPU).
+- prefill_graph — `len(prefill.bs) × 8` (:383-386; MLA 1.5 GiB, :387-389): "Only non-torch memory is counted"
+  (:385), the graph exec objects. Charged: the prefill capture's non-torch growth; a log's whole window.
+- decode_graph — `decode.max_bs × 2` (:364-368): the decode graphs' pool and buffers (the verify graph when
+  speculative). Charged: the decode capture's torch reserved Δ (its growth beyond a shared prefill pool).
+- dp_padding — `max_bs × attn_dp × 3 (+1.5)` (:370-379): padding inside the decode graphs; judged with them.
+- prefill_bcg_deepep — +1,024 (:391-397): DeepEP bridge pool + NVL first touch in a breakable prefill capture;
+  judged with it.
+- parallel — `tp × pp / 8 × 1,024` (:295, :312): "adjustments for large parallel size", communicator buffers.
+  Charged: the non-torch growth of every window after the KV pool but the prefill capture's.
+- constant — 512 (:308-309): "constant meta data (e.g., from attention backend)". Charged: attention backends,
+  eager runner, finalize, disaggregation init (torch part).
+- deepep_a2a — +2,048 after the floor (:400-414): DeepEP all-to-all buffers. Charged: the buffer's creation window.
+- speculative — none since 0.5.14: the draft's own graphs and buffers. Charged: every draft window but its weights
+  and KV pool.
+- floor_topup — `max(reserved, 10 GiB)` above 60 GiB (:314-315). Judged: what the other terms' overflow used of it.
 """
 
 from __future__ import annotations
@@ -51,9 +80,12 @@ PHASE_LINE = {
 }
 #: Windows whose non-torch growth is the `parallel` term's (after the KV pool; the a2a buffers are theirs).
 _SPLIT_NONTORCH = frozenset({"constant", "prefill_graph", "decode_graph", "speculative"})
+#: ... except where sglang's term IS the non-torch part: the prefill graph's constant counts only non-torch memory
+#: and its torch pool is activation memory (memory_hook.py:385) — (torch part's line, non-torch part's line).
+_SPLIT_AS = {"prefill_graph": ("activation", "prefill_graph")}
 #: Windows that are readings, not allocations.
 _MARKERS = frozenset({"init_parallel", "baseline", "ready"})
-LINE_ORDER = ("weights", "kv_pool", *TERM_NAMES, "unattributed", "headroom")
+LINE_ORDER = ("weights", "kv_pool", "request_pools", *TERM_NAMES, "unattributed", "headroom")
 #: Closing tolerance when no printed resolution applies (probe: allocator granularity of the driver).
 PROBE_RESOLUTION_MIB = 2.0
 
@@ -488,15 +520,31 @@ def _charge_window(w: _Walk, rank: Rank, p: Phase, host: bool, *, split: bool) -
     minus = f" − {', '.join(kids)} inside it" if kids else ""
     line, name = _line_of(p), _window_name(p)
     reserved = None if host or p.delta is None else p.delta.reserved_mib
+    pools = p.details.get("request_pools_mib") if p.name == "kv_pool" and p.source == "probe" else None
     if split and line in _SPLIT_NONTORCH and reserved is not None:
         torch_part = reserved - kids_reserved
         nontorch = own - torch_part
+        torch_line, nontorch_line = _SPLIT_AS.get(line, (line, "parallel"))
+        why = {"activation": " — the prefill graph's pool, where chunks replay (memory_hook.py:385)",
+               "prefill_graph": " — the graph's own memory, all sglang's prefill-graph term counts "
+                                "(memory_hook.py:385)"}  # fmt: skip
         # at the window's peak: a driver reading holds both parts; torch's own peak holds none of the window's
         # untimed non-torch growth (`_peak_above`)
         torch_peak = peak_own if peak_how == "implied" else max(torch_part, peak_own - nontorch)
-        w.charge(line, name, torch_part, torch_peak, how_own, f"{p.name}: torch reserved Δ{minus}")
-        w.charge("parallel", name, nontorch, min(nontorch, 0.0) if peak_how == "implied" else nontorch, "implied",
-                 f"{p.name}: non-torch growth (driver Δ − torch reserved Δ){minus}")  # fmt: skip
+        w.charge(torch_line, name, torch_part, torch_peak, how_own,
+                 f"{p.name}: torch reserved Δ{minus}{why.get(torch_line, '')}")  # fmt: skip
+        w.charge(nontorch_line, name, nontorch, min(nontorch, 0.0) if peak_how == "implied" else nontorch,
+                 "implied", f"{p.name}: non-torch growth (driver Δ − torch reserved Δ){minus}"
+                 f"{why.get(nontorch_line, '')}")  # fmt: skip
+    elif isinstance(pools, int | float) and not isinstance(pools, bool) and pools > 0:
+        # configure builds the request pools out of the slack after sizing the KV pool (kv_cache_configurator.py
+        # :478-482): their own line, sized from sglang's objects — a fraction's slack pays for them
+        parts = ", ".join(f"{k.removesuffix('_mib').replace('_', ' ')} {p.details[k]:,.1f}"
+                          for k in ("req_to_token_mib", "allocator_mib") if isinstance(p.details.get(k), int | float))
+        w.charge("request_pools", name, float(pools), float(pools), "read",
+                 f"{p.name}: sglang's request pools as allocated ({parts} MiB)")  # fmt: skip
+        w.charge(line, name, own - float(pools), peak_own - float(pools), how_own,
+                 f"{_what(p)}: window Δ ({layer}) − the request pools")  # fmt: skip
     else:
         src = f"{_what(p)}: " + ("mem usage as printed" if printed else f"window Δ ({layer})") + minus
         if p.source == "log" and _level(p.before, host) is None and not printed:

@@ -1,6 +1,6 @@
 """A run's verdict: how it ended, or how close to OOM it ran — and why, in one sentence.
 
-oom_during_capture | oom_startup | oom_runtime | failed | incomplete | tight | ok | wasteful | unknown. Kept
+oom_during_capture | oom_startup | oom_runtime | failed | incomplete | short | tight | ok | wasteful | unknown. Kept
 apart from the arithmetic (`compare`, `ledger`): the verdict is a judgement over figures those modules
 computed. The rules, in order:
 
@@ -8,7 +8,11 @@ computed. The rules, in order:
 2. A log's startup state (`Measurement.startup`, `profiler.logs.state`) comes next: a KV budget of zero or
    less is `oom_startup`, an aborted capture `failed`, a startup the text does not show to its end
    `incomplete` — headroom is only judged on finished startups.
-3. `tight`: less than TIGHT_MIB free at the worst point.
+3. `short`: the worker as a whole needs more than the room its fraction leaves (free memory at the worst point
+   below zero: an estimate — a derived variant's —, since a measured worker would have run out); a term over its
+   own constant that the room (the 10 GiB floor's top-up included) covers is not this. `tight`: less than
+   TIGHT_MIB free at the worst point. A need that was not measured (the unreached part of a reserve) moves the
+   recommended fraction, never the verdict (profiler.analyse.compare).
 4. `wasteful` only against what runtime needs: the measured runtime peak when there is one (probe load),
    else the heuristic's own activation reserve for this configuration — a startup log cannot show the
    runtime activation peak that the free memory is for. Free memory above twice that need is wasteful; the
@@ -33,6 +37,7 @@ VERDICTS = (
     "oom_runtime",
     "failed",
     "incomplete",
+    "short",
     "tight",
     "ok",
     "wasteful",
@@ -79,7 +84,9 @@ def run_verdict(
 
 
 def headroom_verdict(worst: float, used: float | None, need: Need | None, serving: str = "") -> tuple[str, str]:
-    """tight | wasteful | ok for a finished startup with `worst` MiB free at its worst point (rules 3–5)."""
+    """short | tight | wasteful | ok for a finished startup with `worst` MiB free at its worst point (rules 3–5)."""
+    if worst < 0:
+        return "short", f"the worker needs {-worst:.0f} MiB more than its fraction leaves{serving}"
     if worst < TIGHT_MIB:
         return "tight", f"{worst:.0f} MiB free at the worst point (< {TIGHT_MIB:.0f} MiB){serving}"
     head = f"{worst / 1024:.2f} GiB free at the worst point"

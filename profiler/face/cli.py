@@ -415,6 +415,8 @@ def _add_judge(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--scenario", required=True, help="the scenario file the run was started from")
     p.add_argument("--name", help="the scenario's name, when the file holds several")
     p.add_argument("--json", action="store_true", help="one JSON object")
+    p.add_argument("--out", help="also store the re-judged run in this results directory (results.parquet, ledger, "
+                   "ladder), so `memfrac report` and `memfrac gate` work on it")  # fmt: skip
     p.set_defaults(func=cmd_judge)
 
 

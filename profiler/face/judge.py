@@ -7,8 +7,14 @@ comes from it (and a difference from memfrac's reconstruction is a finding in th
 GPU recording is judged again after upgrading memfrac, and how every simulated worker life is checked from the
 outside (tests/measure/test_probe_truth2.py).
 
-`--json`: one object — used_after_kv_mib, headroom_mib, recommended_mfs, kv_pool_mib, kv_tokens, verdict, reason,
-terms [{term, reserved_mib, measured_mib, verdict}] and ledger {rank, lines: [{name, mib}], headroom_mib}.
+Beside the probe files it reads what `memfrac run` stored: server_info.json (the worker's fraction and resolved
+arguments, what it admits), load.json (what each burst of the load was meant to reach: profiler.analyse.load) and
+run.json's failure (a worker that died keeps its recorded failure when re-judged). `--out R` stores the re-judged run
+in a results directory, so `memfrac report R` and `memfrac gate R` work on it.
+
+`--json`: one object — used_after_kv_mib, headroom_mib, recommended_mfs (and its basis), kv_pool_mib, kv_tokens,
+verdict, reason, the load reached, terms [{term, reserved_mib, measured_mib, verdict}] and ledger {rank, lines:
+[{name, mib}], headroom_mib}.
 """
 
 from __future__ import annotations
@@ -63,6 +69,10 @@ def measurement_of(probe_dir: Path, scenario: Any) -> Any:
         sglang_version=run.sglang_version or (str(info["version"]) if info and info.get("version") else None),
     )  # fmt: skip
     args = {k: v for k, v in (info or {}).items() if isinstance(v, str | int | float | bool | type(None))}
+    if info:
+        from profiler.measure.runner.run import ready_phase
+
+        run.ranks[0].phases.append(ready_phase(info))
     m = Measurement(
         id=f"{scenario.name}@{probe_dir}", source="probe", memory_kind="host" if host else "gpu",
         origin=str(probe_dir), scenario=scenario.name, identity=ident, args=args or scenario_dict(scenario),
@@ -71,17 +81,68 @@ def measurement_of(probe_dir: Path, scenario: Any) -> Any:
     )  # fmt: skip
     if run.errors:
         m.notes.append("probe errors: " + "; ".join(run.errors))
+    lj = probe_dir.parent / "load.json"
+    if lj.is_file():  # what the driver meant each burst to reach (profiler.analyse.load)
+        from profiler.measure.runner.load import serving_of
+
+        try:
+            load = json.loads(lj.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise MemfracError(f"{lj}: not readable JSON ({e})") from None
+        if not isinstance(load, list):
+            raise MemfracError(f"{lj}: expected a list of bursts (memfrac run's load.json), got {type(load).__name__}")
+        m.serving.update(serving_of(load))
+    m.failure = _recorded_failure(probe_dir.parent / "run.json")
     return m
 
 
-def judge(path: str | Path, scenario: Any) -> Any:
-    """(Measurement, Comparison) of a recorded run against `scenario`'s reservation."""
+def _recorded_failure(path: Path) -> Any:
+    """The failure `memfrac run` recorded for the run (run.json), or None."""
+    from dataclasses import fields
+
+    from profiler.core.measurement import Failure
+
+    if not path.is_file():
+        return None
+    try:
+        f = json.loads(path.read_text()).get("failure")
+    except (OSError, json.JSONDecodeError, AttributeError) as e:
+        raise MemfracError(f"{path}: not a memfrac run.json ({e})") from None
+    if not isinstance(f, dict) or not isinstance(f.get("kind"), str):
+        return None
+    names = {x.name for x in fields(Failure)}
+    return Failure(**{k: v for k, v in f.items() if k in names})
+
+
+def judge(path: str | Path, scenario: Any, out: str | Path | None = None) -> Any:
+    """(Measurement, Comparison) of a recorded run against `scenario`'s reservation; stored in the results
+    directory `out` when given."""
     from profiler.analyse.compare import compare, reservation_for
 
-    m = measurement_of(probe_dir_of(path), scenario)
+    probe_dir = probe_dir_of(path)
+    m = measurement_of(probe_dir, scenario)
     res, notes = reservation_for(m, scenario)
     m.notes.extend(notes)
-    return m, compare(m, res)
+    c = compare(m, res)
+    if out is not None:
+        store_judged(out, m, c, scenario, res, probe_dir)
+    return m, c
+
+
+def store_judged(out: str | Path, m: Any, c: Any, scenario: Any, res: Any, probe_dir: Path) -> None:
+    """One re-judged run into a results directory, as a sweep stores a run (its key: the scenario's name)."""
+    from dataclasses import replace
+
+    from profiler.results.store import Store
+    from profiler.sweep.sweep import context_for, post_capture_columns
+
+    rv = getattr(res, "resolved", None)
+    ctx = context_for(scenario, getattr(rv, "decode_max_bs", None), getattr(rv, "chunked_prefill_size", None))
+    st = Store(out)
+    st.init()
+    st.add([(m, c, replace(ctx, group=scenario.name, **post_capture_columns(scenario, c, res)))],
+           run_key=scenario.name, status="ok" if m.failure is None else "failed",
+           extra={"judged_from": str(probe_dir)})  # fmt: skip
 
 
 def as_json(c: Any) -> dict[str, Any]:
@@ -91,7 +152,13 @@ def as_json(c: Any) -> dict[str, Any]:
         "used_after_kv_mib": c.used_after_kv_mib,
         "headroom_mib": c.headroom_mib,
         "recommended_mfs": c.recommended_mfs,
+        "recommended_basis": c.recommended_basis,
         "mfs": c.mfs,
+        "room_mib": c.room_mib,
+        "request_pools_mib": c.request_pools_mib,
+        "pending_mib": c.pending_mib,
+        "load": list(c.load),
+        "load_reached": c.load_reached,
         "kv_pool_mib": c.kv_pool_mib,
         "kv_tokens": c.kv_tokens,
         "kv_upper_bound_mib": c.kv_upper_bound_mib,
@@ -117,7 +184,9 @@ def render(c: Any) -> str:
     head = [
         f"verdict: {c.verdict} — {c.reason}",
         f"used after KV {_mib(c.used_after_kv_mib)} MiB · headroom {_mib(c.headroom_mib)} MiB · fraction "
-        f"{c.mfs if c.mfs is not None else '—'} → recommended {c.recommended_mfs if c.recommended_mfs else '—'}",
+        f"{c.mfs if c.mfs is not None else '—'} → recommended {c.recommended_mfs if c.recommended_mfs else '—'}"
+        + (f" ({c.recommended_basis})" if c.recommended_basis else ""),
+        *(f"load: {x}" for x in c.load),
         f"KV pool {_mib(c.kv_pool_mib)} MiB, {c.kv_tokens if c.kv_tokens is not None else '—'} tokens"
         + (f" (VA upper bound {_mib(c.kv_upper_bound_mib)} MiB, {c.kv_upper_bound_tokens} tokens)"
            if c.kv_upper_bound_mib is not None else ""),
@@ -145,6 +214,8 @@ def pick(path: str, name: str | None) -> Any:
 
 def cmd_judge(a: Any) -> int:
     s = pick(a.scenario, a.name)
-    _, c = judge(a.probe_dir, s)
+    _, c = judge(a.probe_dir, s, out=a.out)
     print(json.dumps(as_json(c), indent=1, default=str) if a.json else render(c))
+    if a.out and not a.json:
+        print(f"stored in {a.out} (memfrac report {a.out}; memfrac gate {a.out})")
     return 0

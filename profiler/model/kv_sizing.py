@@ -14,8 +14,8 @@ the budget into tokens first, THEN builds the request pools out of what is left 
 — so a higher fraction buys more tokens, which admit more requests, whose req_to_token rows grow out of the slack
 too. Only `admitted_requests` is sglang arithmetic memfrac mirrors (tests/model/test_kv_sizing.py holds it against
 the real method); every other size is read off the worker's own objects at its fraction (the probe's kv_pool hook)
-and scaled from there: rows by the requests, columns as read, the allocator by the tokens, the pool bytes per token
-as read (`KvSizingInputs`).
+and scaled from there: rows by the requests, columns as read, the allocator by the tokens, the pool by the bytes
+per token sglang divided its budget by (`KvSizingInputs.cell_bytes`).
 """
 
 from __future__ import annotations
@@ -68,17 +68,18 @@ class KvSizingInputs:
 
     @property
     def cell_bytes(self) -> float:
-        """The bytes per token sglang divided the budget by (`tokens = budget // cell`): budget / tokens, the
-        largest cell that gives the worker's own token count back — unless --max-total-tokens capped the pool
-        (then the budget says nothing of the cell: the pool's bytes per token stand in)."""
+        """The bytes per token sglang divided the budget by (`tokens = budget // cell`, pool_configurator.py:641-646).
+        A pool allocates tokens + page_size rows of them (memory_pool.py:2260): pool bytes / (tokens + page_size) is the
+        cell itself when it gives the worker's own token count back; else (a pool with other buffers, or one capped
+        by --max-total-tokens) the middle of the cells that do, budget / (tokens + ½), or, capped, the pool's bytes
+        per token."""
+        exact = self.pool_mib * 2**20 / (self.tokens + self.page_size)
+        budget = self.budget_mib * 2**20
+        if int(budget // exact) // self.page_size * self.page_size == self.tokens:
+            return exact
         capped = self.max_total_tokens is not None and self.tokens >= self.max_total_tokens // self.page_size * \
             self.page_size
-        return self.pool_bytes_per_token if capped else self.budget_mib * 2**20 / self.tokens
-
-    @property
-    def pool_bytes_per_token(self) -> float:
-        """What one more token takes on the device: the worker's pool bytes (target + draft) over its tokens."""
-        return self.pool_mib * 2**20 / self.tokens
+        return self.pool_mib * 2**20 / self.tokens if capped else budget / (self.tokens + 0.5)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +89,7 @@ class KvSizing:
     mfs: float
     tokens: int
     requests: int
-    pool_mib: float  # tokens × bytes per token
+    pool_mib: float  # (tokens + page_size) × the cell: the K/V buffers' rows (memory_pool.py:2260)
     req_to_token_mib: float
     allocator_mib: float
 
@@ -115,7 +116,7 @@ def size_at(x: KvSizingInputs, mfs: float) -> KvSizing:
     reqs = admitted_requests(tokens, x.context_len, x.max_running_requests, x.attn_dp_size) if tokens > 1 else 0
     rows = reqs + (x.req_rows - x.requests)  # pre_alloc + the padding row, as the worker allocated them
     alloc = x.allocator_mib * tokens / x.tokens if x.tokens else 0.0
-    pool = tokens * x.pool_bytes_per_token / 2**20
+    pool = (tokens + x.page_size) * cell / 2**20
     return KvSizing(mfs, tokens, reqs, pool, req_to_token_mib(rows, x.req_cols), alloc)
 
 

@@ -69,9 +69,9 @@ RESULT_COLUMNS: dict[str, str] = {
     "reserved_mib": "float64",
     "measured_mib": "float64",
     "slack_mib": "float64",
-    "term_verdict": "string",  # under | fits | over | unobservable | off
+    "term_verdict": "string",  # under | fits | over | not_reached | unobservable | off
     "observed_from": "string",
-    "verdict": "string",  # run level: oom_* | failed | incomplete | tight | ok | wasteful | unknown
+    "verdict": "string",  # run level: oom_* | failed | incomplete | short | tight | ok | wasteful | unknown
     "reason": "string",
     "failure_kind": "string",
     "free_at_start_mib": "float64",
@@ -87,7 +87,14 @@ RESULT_COLUMNS: dict[str, str] = {
     "kv_pool_mib": "float64",
     "weights_mib": "float64",
     "recommended_mfs": "float64",
+    "recommended_basis": "string",  # how recommended_mfs was reached (sglang's sizing replayed, a partial load, …)
     "margin_mib": "float64",
+    "request_pools_mib": "float64",  # req_to_token + allocator index: built out of the slack (read from sglang)
+    "room_mib": "float64",  # what the fraction leaves the worker: free_at_start × (1 − mfs) − the request pools
+    "need_mib": "float64",  # what the worker measured it needs of that room: used after the KV pool
+    "pending_mib": "float64",  # runtime need beyond the worst point seen (an unreached activation reserve)
+    "load_reached": "boolean",  # the load ran every worst case the role's reserve is for (NA: unknown)
+    "load": "string",  # per worst case: the largest batch seen of the target ("; "-joined)
     "decode_max_bs": "Int64",
     "chunked_prefill_size": "Int64",
     "deepep_tokens": "Int64",
@@ -229,7 +236,14 @@ def result_rows(m: Measurement, c: Comparison, ctx: RunContext = RunContext()) -
         "kv_pool_mib": c.kv_pool_mib,
         "weights_mib": c.weights_mib,
         "recommended_mfs": c.recommended_mfs,
+        "recommended_basis": c.recommended_basis,
         "margin_mib": c.margin_mib,
+        "request_pools_mib": c.request_pools_mib,
+        "room_mib": c.room_mib,
+        "need_mib": c.need_mib,
+        "pending_mib": c.pending_mib,
+        "load_reached": c.load_reached,
+        "load": "; ".join(c.load),
         "decode_max_bs": ctx.decode_max_bs,
         "chunked_prefill_size": ctx.chunked_prefill_size,
         "deepep_tokens": ctx.deepep_tokens,
@@ -259,18 +273,22 @@ def result_rows(m: Measurement, c: Comparison, ctx: RunContext = RunContext()) -
                 "observed_from": t.observed_from,
             }
         )
+    # the worker as a whole: what it measured it needs after the KV pool against the room its fraction leaves (the
+    # slack less the request pools sglang builds out of it); an unreached reserve moves the recommendation only
+    room = c.room_mib if c.room_mib is not None else c.slack_mib
+    need = c.need_mib if c.need_mib is not None else c.used_after_kv_mib
     total_verdict = "unobservable"
-    if c.slack_mib is not None and c.used_after_kv_mib is not None and c.memory_kind == "gpu":
-        total_verdict = "under" if c.used_after_kv_mib > c.slack_mib else "fits"
+    if room is not None and need is not None and c.memory_kind == "gpu":
+        total_verdict = "under" if need > room else "fits"
     rows.append(
         base
         | {
             "term": "total",
-            "reserved_mib": c.slack_mib,
-            "measured_mib": c.used_after_kv_mib,
+            "reserved_mib": room,
+            "measured_mib": need,
             "slack_mib": c.headroom_mib,
             "term_verdict": total_verdict,
-            "observed_from": "free after the KV pool − lowest free after it, vs free_at_start × (1 − mfs)",
+            "observed_from": "used after the KV pool, vs free_at_start × (1 − mfs) − the request pools",
         }
     )
     return rows

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from profiler.analyse.verdict import TIGHT_MIB, VERDICTS, run_verdict, runtime_need
+from profiler.analyse.verdict import TIGHT_MIB, VERDICTS, headroom_verdict, run_verdict, runtime_need
 from profiler.core.measurement import Failure, Measurement, Phase, Rank, Snapshot
 
 GIB = 1024.0
@@ -18,8 +18,8 @@ def _m(**kw: object) -> Measurement:
 
 
 def test_vocabulary() -> None:
-    assert VERDICTS == ("oom_during_capture", "oom_startup", "oom_runtime", "failed", "incomplete", "tight", "ok",
-                        "wasteful", "unknown")  # fmt: skip
+    assert VERDICTS == ("oom_during_capture", "oom_startup", "oom_runtime", "failed", "incomplete", "short", "tight",
+                        "ok", "wasteful", "unknown")  # fmt: skip
 
 
 def test_oom_reason_carries_the_messages_numbers() -> None:
@@ -96,35 +96,52 @@ def test_host_runs_are_unknown() -> None:
 # ------------------------------------------------------------------ what a judged run left unused (compare.spare)
 
 
+def _fig(sp):
+    return sp.kv_unused_mib, sp.wasted_kv_tokens, sp.recommended_mfs
+
+
 def test_spare_by_hand() -> None:
-    """A startup-only source still owes the activation reserve; a served one holds its peak already.
+    """A startup-only source still owes the activation reserve (pending 3,072); a served one holds its peak already
+    (pending 0). Without the worker's own sizes (a log) the fraction is 1 − (used + pending + margin) / free at start
+    and the basis says the request pools were not replayed.
     worst 10,000, pending 3,072, margin 1,024 → unused 5,904 MiB; at 131,072 B/token (8 tokens a MiB) 47,232
     tokens; used 2,000 of 100,000 free at start → floor((1 − 6,096/100,000) × 1000)/1000 = floor(939.04) = 0.939.
     Served (pending 0): 8,976 MiB → 71,808 tokens; floor((1 − 3,024/100,000) × 1000)/1000 = 0.969."""
-    from profiler.analyse.compare import Spare, spare
+    from profiler.analyse.compare import spare
 
-    ACT = (3072.0, "the 0.5.23 rules' activation reserve")  # still owed: the source saw no serving
-    PEAK = (2500.0, "measured runtime peak (probe)")  # already inside the worst point
-    assert spare("ok", 10000.0, 2000.0, 100000.0, ACT, False, 1024.0, 131072.0) == Spare(5904.0, 47232, 0.939)
-    assert spare("wasteful", 10000.0, 2000.0, 100000.0, PEAK, True, 1024.0, 131072.0) == Spare(8976.0, 71808, 0.969)
+    s = spare("ok", 10000.0, 2000.0, 100000.0, 3072.0, 1024.0, 131072.0, why_not_replayed="a log")
+    assert _fig(s) == (5904.0, 47232, 0.939)
+    assert s.basis == ("1 − (used 2,000 + pending 3,072 + margin 1,024) / free at start 100,000 — the request pools' "
+                       "growth with the fraction not replayed (a log)")  # fmt: skip
+    assert _fig(spare("wasteful", 10000.0, 2000.0, 100000.0, 0.0, 1024.0, 131072.0)) == (8976.0, 71808, 0.969)
     # below the need and the margin: nothing unused, a lower fraction recommended (1 − 6,096/8,000 = 0.238)
-    assert spare("tight", 900.0, 2000.0, 8000.0, ACT, False, 1024.0, 131072.0) == Spare(0.0, 0, 0.238)
+    assert _fig(spare("tight", 900.0, 2000.0, 8000.0, 3072.0, 1024.0, 131072.0)) == (0.0, 0, 0.238)
     # no fraction leaves 6,096 MiB on a 4,000 MiB start: no recommendation rather than a negative one
-    assert spare("tight", 0.0, 2000.0, 4000.0, ACT, False, 1024.0, 131072.0) == Spare(0.0, 0, None)
+    assert _fig(spare("tight", 0.0, 2000.0, 4000.0, 3072.0, 1024.0, 131072.0)) == (0.0, 0, None)
     # bytes per token unknown: MiB but no tokens
-    assert spare("ok", 10000.0, 2000.0, 100000.0, ACT, False, 1024.0, None) == Spare(5904.0, None, 0.939)
+    assert _fig(spare("ok", 10000.0, 2000.0, 100000.0, 3072.0, 1024.0, None)) == (5904.0, None, 0.939)
 
 
 def test_spare_only_for_judged_runs() -> None:
     """A failed, cut, OOM or unread startup, or an unknown runtime need: no unused KV and no recommendation —
     the free memory of an aborted capture is not KV a fleet could have had."""
-    from profiler.analyse.compare import JUDGED_VERDICTS, Spare, spare
+    from profiler.analyse.compare import JUDGED_VERDICTS, spare
 
-    assert JUDGED_VERDICTS == ("tight", "ok", "wasteful")
+    assert JUDGED_VERDICTS == ("short", "tight", "ok", "wasteful")
     for v in ("failed", "incomplete", "oom_during_capture", "oom_startup", "oom_runtime", "unknown"):
-        got = spare(v, 44503.0, 1833.0, 290365.0, (6144.0, "0.5.9 rules"), False, 1024.0, 70271.0)
-        assert got == Spare(None, None, None), v
-    assert spare("ok", 10000.0, 2000.0, 100000.0, None, False, 1024.0, 131072.0) == Spare(None, None, None)
+        got = spare(v, 44503.0, 1833.0, 290365.0, 6144.0, 1024.0, 70271.0)
+        assert _fig(got) == (None, None, None) and got.basis == "none: not judged", v
+    got = spare("ok", 10000.0, 2000.0, 100000.0, None, 1024.0, 131072.0)
+    assert _fig(got) == (None, None, None) and got.basis == "none: what runtime still needs is unknown"
+
+
+def test_short_only_when_the_worst_point_is_below_zero() -> None:
+    """`short` is the worker as a whole out of room — an estimated headroom below zero (a derived variant); 0 MiB
+    free is `tight`, −0.5 is `short`. A term over its constant is not this (the floor may cover it)."""
+    assert headroom_verdict(0.0, 5000.0, None)[0] == "tight"
+    v, why = headroom_verdict(-0.5, 5000.0, None)
+    assert v == "short" and why.startswith("the worker needs 0 MiB more")
+    assert headroom_verdict(-804.0, 5000.0, None)[1].startswith("the worker needs 804 MiB more than its fraction")
 
 
 @pytest.mark.parametrize(

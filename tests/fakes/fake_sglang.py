@@ -58,8 +58,11 @@ elif behaviour == "crash-startup":
 elif behaviour == "ok":
     # a well-behaved worker: probe records for a few phases, /health, /server_info, /generate
     time.sleep(float(os.environ.get("FAKE_STARTUP_S", "0")))
+    # every window a worker of any role opens (profiler/measure/runner/classify.py needed_windows)
     for seq, (phase, before, after) in enumerate(
-        [("weights", 80000.0, 64000.0), ("kv_pool", 64000.0, 10000.0), ("decode_graph", 9800.0, 9000.0)], 1
+        [("baseline", 80000.0, 80000.0), ("weights", 80000.0, 64000.0), ("kv_pool", 64000.0, 10000.0),
+         ("prefill_graph", 10000.0, 9800.0), ("decode_graph", 9800.0, 9000.0),
+         ("disaggregation_init", 9000.0, 9000.0)], 1
     ):
         probe({"type": "begin", "phase": phase, "seq": seq, "kind": "gpu", "snap": {"free_mib": before}})
         probe(
@@ -88,6 +91,7 @@ elif behaviour == "ok":
                     "max_running_requests": 4,
                     "chunked_prefill_size": 256,
                     "max_req_input_len": 1000,
+                    "internal_states": [{"effective_max_running_requests_per_dp": 4}],
                 }
                 if self.path == "/server_info"
                 else {}
@@ -98,11 +102,21 @@ elif behaviour == "ok":
             self.end_headers()
             self.wfile.write(data)
 
+        served = False
+
         def do_POST(self):
             n = int(self.headers.get("Content-Length", 0))
             req = json.loads(self.rfile.read(n) or b"{}")
             k = req.get("sampling_params", {}).get("max_new_tokens", 1)
-            data = json.dumps({"output_ids": list(range(k))}).encode()
+            if not Ok.served:  # the serving window (the scheduler's run_batch hook)
+                Ok.served = True
+                snap = {"free_mib": 9000.0}
+                probe({"type": "runtime", "kind": "gpu", "base": snap, "last": snap, "peak": snap, "batches": 1})
+            ids = req.get("input_ids")
+            out = {"output_ids": list(range(k))}
+            # a batch of prompts (lists of ids) gets a list of outputs, as sglang's /generate answers one
+            body = [out] * len(ids) if isinstance(ids, list) and ids and isinstance(ids[0], list) else out
+            data = json.dumps(body).encode()
             self.send_response(200)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()

@@ -27,6 +27,46 @@ from profiler.measure.probe.recorder import Recorder
 from profiler.selfcheck import life
 
 H200_MIB = 143771.0
+#: Llama-3.1-8B: bf16 KV 2 × 32 layers × 8 heads × 128 × 2 B = 131,072 B per token; context 131,072.
+LLAMA_BPT = 131072.0
+LLAMA_CONTEXT = 131072
+
+
+def _tensor_mib(t: Any) -> float:
+    return t.numel() * t.element_size() / 2**20
+
+
+def sglang_sizes(budget_bytes: float, bpt: float, context: int, mrr: int | None, decode: bool,
+                 draft_tokens: int = 0) -> SimpleNamespace:  # fmt: skip
+    """What configure builds from a KV byte budget — by sglang 0.5.23's own code, never memfrac's mirror of it:
+    tokens by `DefaultPoolConfigurator.calculate_pool_sizes` (pool_configurator.py:637-647), the admitted requests by
+    `KVCacheConfigurator.resolve_max_num_reqs` (kv_cache_configurator.py:3119), the req_to_token pool by
+    `ReqToTokenPool` / `DecodeReqToTokenPool` (memory_pool.py:388-410, disaggregation/decode.py:186-215; columns
+    context + get_req_to_token_extra_context_len() = 4 + draft tokens, allocation_sizing.py:95-116; no extra decode
+    slots by default, pd_disaggregation_hook.py:133-142) and the allocator by `TokenToKVPoolAllocator`
+    (allocator/token.py:42-48) — built on the meta device: their shapes, no memory."""
+    from unittest import mock
+
+    from sglang.srt.disaggregation.decode import DecodeReqToTokenPool
+    from sglang.srt.mem_cache import kv_cache_configurator as kvc
+    from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
+    from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
+    from sglang.srt.model_executor.pool_configurator import DefaultPoolConfigurator
+
+    me = SimpleNamespace(_fixed_overhead_bytes=0, _cell_size=int(bpt), _zero_kv_max_tokens=0)
+    tokens = DefaultPoolConfigurator.calculate_pool_sizes(me, int(budget_bytes), 1).max_total_num_tokens
+    conf = SimpleNamespace(model_config=SimpleNamespace(context_len=context), attn_dp_size=1, mambaish_config=None)
+    with mock.patch.object(kvc, "get_schedule", lambda: SimpleNamespace(max_running_requests=mrr)):
+        reqs = kvc.KVCacheConfigurator.resolve_max_num_reqs(conf, tokens)
+    cols = context + 4 + draft_tokens
+    if decode:
+        rt = DecodeReqToTokenPool(size=reqs, max_context_len=cols, device="meta", enable_memory_saver=False,
+                                  pre_alloc_size=0)  # fmt: skip
+    else:
+        rt = ReqToTokenPool(size=reqs, max_context_len=cols, device="meta", enable_memory_saver=False)
+    alloc = TokenToKVPoolAllocator(size=tokens, dtype=None, device="meta", kvcache=None, need_sort=False)
+    return SimpleNamespace(tokens=tokens, requests=reqs, budget_bytes=budget_bytes, req_to_token_pool=rt,
+                           allocator=alloc)  # fmt: skip
 
 
 @dataclass
@@ -149,6 +189,34 @@ def model_runner(draft: bool = False, speculative: bool = False) -> SimpleNamesp
     return SimpleNamespace(is_draft_worker=draft, spec_algorithm=_Spec(speculative))
 
 
+class BreakableCudaGraphRunner:
+    """The runner class capture_prefill_graph returns for the CUDA default (breakable) backend."""
+
+
+class DecodeCudaGraphRunner:
+    """The runner class capture_decode_graph returns."""
+
+
+class _Mode:
+    """model_executor/forward_batch_info.py ForwardMode, as the runtime hook asks it."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+    def is_decode(self) -> bool:
+        return self.kind == "decode"
+
+    def is_extend(self, include_draft_extend_v2: bool = False) -> bool:
+        return self.kind == "extend"
+
+
+def batch(kind: str, requests: int, tokens: int | None = None) -> SimpleNamespace:
+    """A ScheduleBatch as the runtime hook reads it (managers/schedule_batch.py: forward_mode, batch_size(),
+    extend_num_tokens, spec_algorithm)."""
+    return SimpleNamespace(forward_mode=_Mode(kind), batch_size=lambda: requests, spec_algorithm=None,
+                           extend_num_tokens=(tokens or requests) if kind == "extend" else None)  # fmt: skip
+
+
 class DeepEPBuffer:
     """layers/moe/token_dispatcher/deepep.py `DeepEPBuffer.get_deepep_buffer`: builds the buffer once."""
 
@@ -163,6 +231,7 @@ class Sim:
     """One scheduler process: a device, a recorder, and the hooks the plugin installs."""
 
     def __init__(self, out_dir: Path, pid: int, tp_rank: int = 0) -> None:
+        out_dir.mkdir(parents=True, exist_ok=True)
         self.dev = SimDevice()
         self.clock = Clock()
         self.rec = Recorder(str(out_dir), probe=SimProbe(self.dev, self.clock))  # type: ignore[arg-type]
@@ -170,6 +239,7 @@ class Sim:
         self.rec.path = str(out_dir / f"probe-{pid}.jsonl")
         self.rec.start_record = {"type": "start", "kind": "gpu", "sglang_version": "0.5.23", "targets": []}
         self.tp_rank = tp_rank
+        self.pre_mib: float | None = None
         self.rec.guard_peak_resets()
 
     def hook(self, kind: str, phase: str) -> Callable[..., Any]:
@@ -209,29 +279,59 @@ class Sim:
 
     def baseline(self, draft: bool = False) -> None:
         """bootstrap.py `measure_pre_model_load_memory(*, device, is_draft_worker)`: returns free GiB."""
+        if not draft:
+            self.pre_mib = self.dev.free
         self.call("baseline", "baseline", lambda **_: self.dev.free / 1024, device="cuda", is_draft_worker=draft)
 
     def weights(self, mib: float, mr: Any) -> None:
         """model_runner.py `ModelRunner.load_model`."""
         self.call("phase", "weights", lambda _mr: self.dev.alloc(mib), mr)
 
-    def kv_pool(self, kv_mib: float, req_to_token_mib: float, bytes_per_token: float, mr: Any,
-                tokens: int | None = None, post_capture: bool = False) -> None:  # fmt: skip
-        """kv_cache_configurator.py `KVCacheConfigurator.configure` → KVCacheConfigResult (the pool's
-        `mem_usage` is GiB, as its "KV Cache is allocated" line prints). `tokens`: a draft pool takes the
-        target's token count (scheduler.py:1104-1108: `memory_pool_config=` of the target). `post_capture`:
-        SGLANG_ENABLE_POST_CAPTURE_KV_SIZING — `kv_mib` is only the VA upper bound (memory_pool.py:2217-2220,
-        "VA upper bound", 2088); nothing of it is backed yet (post_capture_backed_bytes 0, memory_pool.py:2725)."""
-        cfg = SimpleNamespace(is_draft_worker=mr.is_draft_worker)
+    def kv_pool(self, mr: Any, *, mfs: float | None = None, decode: bool = False, bpt: float = LLAMA_BPT,
+                context: int = LLAMA_CONTEXT, mrr: int | None = None, target: Any = None,
+                va_mib: float | None = None, cell: float | None = None, draft_tokens: int = 0) -> Any:  # fmt: skip
+        """kv_cache_configurator.py `KVCacheConfigurator.configure` (:457-511) → KVCacheConfigResult, sized the way
+        sglang sizes it (`sglang_sizes`: its own functions and pool classes): the budget at `mfs`, the tokens, the
+        admitted requests, then the request pools out of the slack. The pool's `mem_usage` is GiB, as its "KV Cache
+        is allocated" line prints. `target`: a draft pool (scheduler.py:1097-1110) takes the target's tokens and is
+        handed its req_to_token pool and allocator (:478-482) — it builds neither. `va_mib`:
+        SGLANG_ENABLE_POST_CAPTURE_KV_SIZING — configure reserves only that VA upper bound (memory_pool.py:2217-2220,
+        "VA upper bound", 2088), nothing of it backed (post_capture_backed_bytes 0, memory_pool.py:2725). `cell`: the
+        bytes per token the budget is divided by when it is more than this pool's (an EAGLE target's includes the
+        draft's, pool_configurator.py:259-300)."""
+        self.dev.empty_cache()  # _profile_available_bytes: gc + get_available_gpu_memory(empty_cache=True)
+        if target is not None:
+            z = SimpleNamespace(tokens=target.max_total_num_tokens, requests=target.max_running_requests,
+                                budget_bytes=None, req_to_token_pool=target.req_to_token_pool,
+                                allocator=target.token_to_kv_pool_allocator)  # fmt: skip
+            handed = (target.req_to_token_pool, target.token_to_kv_pool_allocator)
+        elif va_mib is not None:
+            z = sglang_sizes(va_mib * 2**20, cell or bpt, context, mrr, decode, draft_tokens)
+            handed = (None, None)
+        else:
+            assert mfs is not None and self.pre_mib is not None
+            budget = int((self.dev.free / 1024 - self.pre_mib / 1024 * (1 - mfs)) * (1 << 30))  # :3004-3060
+            z = sglang_sizes(budget, cell or bpt, context, mrr, decode, draft_tokens)
+            handed = (None, None)
+        kv_mib = 0.0 if va_mib is not None else (z.tokens + 1) * bpt / 2**20  # (size + page_size) rows, :2260
+        shown = va_mib if va_mib is not None else kv_mib
+        cfg = SimpleNamespace(is_draft_worker=mr.is_draft_worker, model_config=SimpleNamespace(context_len=context),
+                              req_to_token_pool=handed[0], token_to_kv_pool_allocator=handed[1])  # fmt: skip
 
         def body(_self: Any) -> Any:
-            self.dev.alloc((0.0 if post_capture else kv_mib) + req_to_token_mib)
-            n = tokens if tokens is not None else int(kv_mib * 2**20 // bytes_per_token)
-            pool = SimpleNamespace(mem_usage=kv_mib / 1024, dtype="torch.bfloat16", post_capture_active=post_capture,
-                                   post_capture_backed_bytes=0)  # fmt: skip
-            return SimpleNamespace(max_total_num_tokens=n, token_to_kv_pool=pool, max_running_requests=2048)
+            if z.budget_bytes is not None:
+                self.call("budget", "kv_pool", lambda _c, _pre: z.budget_bytes, cfg, self.pre_mib / 1024)
+            own = 0.0 if handed[0] is not None else _tensor_mib(z.req_to_token_pool.req_to_token)
+            own += 0.0 if handed[1] is not None else sum(_tensor_mib(t) for t in (z.allocator.free_pages,
+                                                                                 z.allocator.release_pages))
+            self.dev.alloc(kv_mib + own)
+            pool = SimpleNamespace(mem_usage=shown / 1024, dtype="torch.bfloat16",
+                                   post_capture_active=va_mib is not None, post_capture_backed_bytes=0)  # fmt: skip
+            return SimpleNamespace(max_total_num_tokens=z.tokens, token_to_kv_pool=pool,
+                                   max_running_requests=z.requests, req_to_token_pool=z.req_to_token_pool,
+                                   token_to_kv_pool_allocator=z.allocator)  # fmt: skip
 
-        self.call("kv", "kv_pool", body, cfg)
+        return self.call("kv", "kv_pool", body, cfg)
 
     def post_capture_resize(self, kv_mib: float, tokens: int) -> None:
         """scheduler.py:1172-1180 → model_runner.py:1061 `post_capture_resize_kv_pool(*, draft_runners)` →
@@ -296,15 +396,18 @@ class Sim:
         self.call("phase", "eager_runner", body, object(), mr)
 
     def prefill_graph(
-        self, pool_mib: float, warmup_mib: float, mr: Any, precarve_reset: bool = False, inside: Any = None
+        self, pool_mib: float, warmup_mib: float, mr: Any, precarve_reset: bool = False, inside: Any = None,
+        exec_mib: float = 0.0,
     ) -> None:
         """cuda_graph_setup.py `capture_prefill_graph`: get_available_gpu_memory(empty_cache=True) before
         "Capture … prefill CUDA graph begin", the largest bucket's warm-up, the graph into the shared pool
         (runner_utils/pool.py), and get_available_gpu_memory(empty_cache=True) again before "… end".
         `precarve_reset`: runner_utils/pool.py GraphPoolPrecarve.measure — torch.cuda.empty_cache();
-        torch.cuda.reset_peak_memory_stats() — between warm-up and capture (SGLANG_ENABLE_GRAPH_POOL_PRECARVE)."""
+        torch.cuda.reset_peak_memory_stats() — between warm-up and capture (SGLANG_ENABLE_GRAPH_POOL_PRECARVE).
+        `exec_mib`: the graphs' own memory outside torch (cudaGraphExec objects) — all sglang's prefill-graph term
+        counts (memory_hook.py:385). Returns a GraphCapture (cuda_graph_setup.py:483-493) with a capturing runner."""
 
-        def body(*, model_runner: Any, eager_runner: Any) -> None:
+        def body(*, model_runner: Any, eager_runner: Any) -> Any:
             self.dev.empty_cache()
             self.dev.transient(warmup_mib)
             if precarve_reset:
@@ -313,9 +416,11 @@ class Sim:
             if inside is not None:
                 inside()
             self.dev.graph_pool(pool_mib)
+            self.dev.raw_alloc(exec_mib)
             self.dev.empty_cache()
+            return SimpleNamespace(runner=BreakableCudaGraphRunner())
 
-        self.call("phase", "prefill_graph", body, model_runner=mr, eager_runner=object())
+        self.call("prefill", "prefill_graph", body, model_runner=mr, eager_runner=object())
 
     def decode_graph(
         self, rungs: list[tuple[int, float]], mr: Any, inside_first: Any = None, warmup_cached_mib: float = 0.0
@@ -340,6 +445,7 @@ class Sim:
 
                 ladder(one, runner, bs, None)
             self.dev.empty_cache()
+            return SimpleNamespace(runner=DecodeCudaGraphRunner())
 
         self.call("decode", "decode_graph", body, model_runner=mr)
 
@@ -377,22 +483,25 @@ class Sim:
         """managers/scheduler.py `Scheduler.init_disaggregation` (PD roles)."""
         self.call("phase", "disaggregation_init", lambda _s: self.dev.alloc(mib), object())
 
-    def startup(self, mr: Any, kv_mib: float) -> None:
-        """The steps every scenario shares, up to the graphs: NCCL, baseline, weights 15,400, the KV pool
-        (+ req_to_token 400), attention backends 60, the eager runner (static 240, warm-up 700)."""
+    def startup(self, mr: Any, mfs: float, decode: bool = False) -> Any:
+        """The steps every scenario shares, up to the graphs: NCCL, baseline, weights 15,400, the KV pool sglang
+        sizes at `mfs` (with its request pools), attention backends 60, the eager runner (static 240, warm-up 700)."""
         self.init_parallel()
         self.baseline()
         self.weights(15400.0, mr)
-        self.kv_pool(kv_mib, 400.0, LLAMA_BPT, mr)
+        kv = self.kv_pool(mr, mfs=mfs, decode=decode)
         self.attention_backends(60.0, mr)
         self.eager_runner(240.0, 700.0, mr)
+        return kv
 
-    def serve(self, batches: list[float]) -> None:
-        """managers/scheduler.py `Scheduler.run_batch` per batch; the first is sglang's own warm-up request.
-        Activations are freed to torch's cache at the end of each batch."""
+    def serve(self, batches: list[tuple[float, SimpleNamespace | None, bool | None]]) -> None:
+        """managers/scheduler.py `Scheduler.run_batch(batch)` per (activation MiB, batch, graph replayed); the first
+        is sglang's own warm-up request. Activations are freed to torch's cache at the end of each batch; the result
+        says whether the batch replayed a CUDA graph (managers/utils.py GenerationBatchResult.can_run_cuda_graph)."""
         hook = self.hook("runtime", "runtime")
-        for act in batches:
-            hook(lambda _s, _b, _a=act: self.dev.transient(_a), object(), object())
+        for act, b, graph in batches:
+            res = SimpleNamespace(can_run_cuda_graph=graph)
+            hook(lambda _s, _b, _a=act, _r=res: (self.dev.transient(_a), _r)[1], object(), b or object())
         self.rec.flush_runtime()
 
 
@@ -400,7 +509,6 @@ class Sim:
 # The scenarios (MiB). Llama-3.1-8B bf16 KV: 2 × 32 layers × 8 heads × 128 × 2 B = 131,072 B per token.
 # ---------------------------------------------------------------------------------------------------------
 
-LLAMA_BPT = 131072.0
 #: Allocations sglang makes between hooked windows (no memfrac hook sees them: they are `unattributed`).
 CUBLAS_WORKSPACE_MIB = 32.0  # prewarm_graph_pool_borrow, SGLANG_ENABLE_GRAPH_POOL_BORROW (Sim.sampling_prewarm)
 FUTURE_MAP_MIB = 2.0  # init_overlap's FutureMap, every life (Sim.init_overlap)
@@ -409,35 +517,73 @@ DRAFT_MULTISTEP_MIB = 16.0
 DECODE_RUNGS = [(256, 900.0), (128, 20.0), (64, 10.0), (32, 6.0), (16, 4.0), (8, 2.0), (4, 2.0), (2, 2.0), (1, 2.0)]
 
 
+def record_run(out: Path, mode: str, mfs: float, kv: Any, load: list[dict[str, Any]] | None = None,
+               draft_tokens: int | None = None) -> dict[str, Any]:
+    """What `memfrac run` stores beside the probe: server_info.json as sglang 0.5.23 reports it (resolved args; the
+    CLI's max_running_requests unresolved, None — http_server.py build_server_info; per DP rank
+    `effective_max_running_requests_per_dp` and the token capacity, internal_state.py:73, :77-90) and load.json with
+    the plan the corrected driver (profiler.measure.runner.load.plan_load) makes of it — or `load`, an older
+    driver's plan, as given."""
+    from profiler.measure.runner.load import LoadResult, plan_load
+
+    info = {"version": "0.5.23", "mem_fraction_static": mfs, "disaggregation_mode": mode,
+            "chunked_prefill_size": 8192, "max_prefill_tokens": 16384, "max_running_requests": None,
+            "max_total_tokens": None, "max_req_input_len": LLAMA_CONTEXT - 5, "num_reserved_decode_tokens": 512,
+            "speculative_num_draft_tokens": draft_tokens,
+            "internal_states": [{"effective_max_running_requests_per_dp": kv.max_running_requests,
+                                 "memory_usage": {"token_capacity": kv.max_total_num_tokens}}]}  # fmt: skip
+    (out / "server_info.json").write_text(json.dumps(info))
+    if load is None:
+        load = [LoadResult(p, sent=p.requests, ok=p.requests).as_dict() for p in plan_load(mode, info)]
+    (out / "load.json").write_text(json.dumps(load))
+    return info
+
+
+def decode_plan(info: dict[str, Any]) -> Any:
+    from profiler.measure.runner.load import plan_load
+
+    return next(p for p in plan_load(str(info["disaggregation_mode"]), info) if p.kind == "decode")
+
+
 def unified(out: Path) -> None:
-    """A unified worker: prefill graph first, then decode graphs reusing its pool (growth beyond 500 MiB:
-    400 at bs 256), a precarve peak reset inside the prefill capture, and a light serving load. With
-    SGLANG_ENABLE_GRAPH_POOL_PRECARVE and SGLANG_ENABLE_GRAPH_POOL_BORROW: after capture the sampling prewarm
-    makes the forward stream's cuBLAS workspace (32, unhooked; scheduler.py:1167 — borrowing then lets
-    step-local eager allocations reuse wholly free graph-pool segments, environ.py:1649, which could only lower
-    this light serving draw; it is modelled as plain cached activations); init_disaggregation makes nothing
-    without a PD role (its empty window is left out); init_overlap's FutureMap (2, unhooked; scheduler.py:692)."""
-    s = Sim(out, 1001)
+    """A unified worker at sglang's 0.903: prefill graph first (a 500 MiB torch pool, 30 MiB of graph execs outside
+    torch, a 1,500 MiB warm-up, a precarve peak reset inside), then decode graphs reusing its pool (growth beyond it:
+    400 at bs 256). With SGLANG_ENABLE_GRAPH_POOL_PRECARVE and SGLANG_ENABLE_GRAPH_POOL_BORROW: after capture the
+    sampling prewarm makes the forward stream's cuBLAS workspace (32, unhooked; scheduler.py:1167);
+    init_disaggregation makes nothing without a PD role (its empty window is left out); init_overlap's FutureMap
+    (2, unhooked; scheduler.py:692). Served by the corrected driver: sglang's warm-up (one request, 300), chunks of
+    8,192 tokens replaying in the graph pool (250 more), then every admitted request the pool holds at once
+    decoding eager (2,600: logits of [n, 128,256] in bf16 and fp32, layers/logits_processor.py)."""
+    s = Sim(out / "probe", 1001)
     mr = model_runner()
-    s.startup(mr, 117000.0)
-    s.prefill_graph(500.0, 1500.0, mr, precarve_reset=True)
+    kv = s.startup(mr, 0.903)
+    s.prefill_graph(500.0, 1500.0, mr, precarve_reset=True, exec_mib=30.0)
     s.decode_graph([(256, 400.0), *DECODE_RUNGS[1:]], mr)
     s.finalize(20.0, mr)
     s.sampling_prewarm(borrow=True)
     s.init_overlap()
-    s.serve([300.0, 250.0, 200.0])
+    info = record_run(out, "null", 0.903, kv)
+    n = decode_plan(info).reachable_requests
+    s.serve([(300.0, batch("extend", 1, 16), False), (250.0, batch("extend", 1, 8192), True),
+             (2600.0, batch("decode", n), False), (200.0, batch("decode", 64), True)])  # fmt: skip
     s.close()
 
 
-def decode(out: Path, deepep: bool = False) -> None:
-    """A PD decode worker: no prefill graph (role gating), decode graphs with their own 900 MiB pool, the
-    warm-up request (1,800 MiB of activations) before a 2,300 MiB serving peak. `deepep`: the DeepEP buffer
-    (2,500 MiB, outside torch) and a lazily created NCCL buffer (64 MiB) inside the first decode capture.
-    After capture: the sampling prewarm (nothing at the default flags, scheduler.py:1166-1170), then
-    init_disaggregation 30 (scheduler.py:689) and init_overlap's FutureMap 2 (unhooked, scheduler.py:692)."""
-    s = Sim(out, 2001 if not deepep else 3001)
+def decode(out: Path, deepep: bool = False, load64: bool = False) -> None:
+    """A PD decode worker at sglang's 0.929 (0.915 with DeepEP): no prefill graph (role gating), decode graphs with
+    their own 900 MiB pool, the warm-up request (1,800 MiB of activations) before the corrected driver's burst —
+    every request the pool holds at once (it admits 3,669; with 512 tokens kept free per request,
+    disaggregation/decode.py:2052-2058, it holds 1,778) decoding eager: 2,300 MiB (logits [1,778, 128,256] in bf16
+    and fp32 alone are 1,305 MiB, layers/logits_processor.py). `deepep`: the DeepEP buffer (2,500 MiB, outside
+    torch) and a lazily created NCCL buffer (64 MiB) inside the first decode capture. After capture: the sampling
+    prewarm (nothing at the default flags, scheduler.py:1166-1170), init_disaggregation 30 (scheduler.py:689) and
+    init_overlap's FutureMap 2 (unhooked, scheduler.py:692). `load64`: the driver before issue 26 — 64 requests (it
+    read /server_info's unresolved max_running_requests as None and fell back to 64), every step a graph replay
+    of bs ≤ 256: warm-up 20, then 40."""
+    mfs = 0.915 if deepep else 0.929
+    s = Sim(out / "probe", 2001 if not deepep else 3001)
     mr = model_runner()
-    s.startup(mr, 117000.0)
+    kv = s.startup(mr, mfs, decode=True)
     first = None
     if deepep:
 
@@ -450,44 +596,79 @@ def decode(out: Path, deepep: bool = False) -> None:
     s.sampling_prewarm()
     s.disaggregation_init(30.0)
     s.init_overlap()
-    s.serve([1800.0, 2300.0, 2000.0])
+    if load64:
+        old = {"kind": "decode", "requests": 64, "concurrency": 64, "input_len": 16, "output_len": 256}
+        record_run(out, "decode", mfs, kv, load=[{"plan": old, "sent": 64, "ok": 64, "failed": 0}])
+        s.serve([(20.0, batch("decode", 1), True), (40.0, batch("decode", 64), True)])
+    else:
+        n = decode_plan(record_run(out, "decode", mfs, kv)).reachable_requests
+        s.serve([(1800.0, batch("decode", 1), True), (2300.0, batch("decode", n), False),
+                 (2000.0, batch("decode", n - 200), False)])  # fmt: skip
     s.close()
 
 
-def prefill(out: Path) -> None:
-    """A PD prefill worker: the prefill graph only, chunked-prefill activations of 3,000 MiB while serving;
-    the sampling prewarm (nothing at the default flags), init_disaggregation 30, init_overlap's FutureMap 2
-    (unhooked, scheduler.py:692)."""
-    s = Sim(out, 4001)
+def decode_oom(out: Path) -> None:
+    """The decode node given --mem-fraction-static 0.975, above what it needs: slack 142,971 × 0.025 = 3,574.275, of
+    which the request pools take 1,945.1 (991,973 tokens admit 3,874 requests) — 1,629.0 after the KV window, 329.0
+    at the serving baseline after the graphs (the decode node's), and the corrected driver's first eager burst asks
+    for 2,300: the worker dies with CUDA out of memory while serving. memfrac run records that failure in run.json
+    (profiler/measure/runner/classify.py reads it from the worker's log); the probe kept what came before."""
+    s = Sim(out / "probe", 2101)
     mr = model_runner()
-    s.startup(mr, 110000.0)
-    s.prefill_graph(500.0, 1200.0, mr)
+    kv = s.startup(mr, 0.975, decode=True)
+    s.decode_graph(DECODE_RUNGS, mr)
     s.finalize(20.0, mr)
     s.sampling_prewarm()
     s.disaggregation_init(30.0)
     s.init_overlap()
-    s.serve([2500.0, 3000.0])
+    record_run(out, "decode", 0.975, kv)
+    s.serve([(20.0, batch("decode", 1), True)])
+    s.close()
+    (out / "run.json").write_text(json.dumps({"status": "failed", "failure": {
+        "kind": "oom_runtime", "phase": "runtime", "message": "torch.OutOfMemoryError: CUDA out of memory. Tried to "
+        "allocate 2.25 GiB. GPU 0 has a total capacity of 140.40 GiB of which 329.00 MiB is free."}}))  # fmt: skip
+
+
+def prefill(out: Path) -> None:
+    """A PD prefill worker at sglang's 0.907: the breakable prefill graph only — a 900 MiB torch pool where every
+    chunk replays (activation memory by sglang's meaning: memory_hook.py:385) and 40 MiB of graph execs outside
+    torch (the prefill-graph term's own memory), warm-up 1,200 —; the sampling prewarm (nothing at the default
+    flags), init_disaggregation 30, init_overlap's FutureMap 2 (unhooked, scheduler.py:692). Served by the corrected
+    driver: chunks of 8,192 tokens replaying in the pool, 150 MiB above the serving baseline."""
+    s = Sim(out / "probe", 4001)
+    mr = model_runner()
+    kv = s.startup(mr, 0.907)
+    s.prefill_graph(900.0, 1200.0, mr, exec_mib=40.0)
+    s.finalize(20.0, mr)
+    s.sampling_prewarm()
+    s.disaggregation_init(30.0)
+    s.init_overlap()
+    record_run(out, "prefill", 0.907, kv)
+    s.serve([(100.0, batch("extend", 1, 16), True), (150.0, batch("extend", 1, 8192), True),
+             (120.0, batch("extend", 16, 8192), True)])  # fmt: skip
     s.close()
 
 
 def eagle(out: Path) -> None:
-    """A unified EAGLE worker: the draft ModelRunner repeats baseline, weights, kv_pool, attention backends,
-    eager runner and finalize (eagle_worker_v2.py builds TpModelWorker(is_draft_worker=True)); the target's
-    capture_decode_graph captures the verify graph; the draft's own graphs come from its runners' __init__.
-    scheduler.py:1113-1117 init_all_attention_backends: the target's, then the draft's (its ModelRunner's 20,
-    then the multi-step backends 16 in their own hooked window, eagle_worker_v2.py:283-284); after every capture
-    the sampling prewarm (the target's: nothing, base_spec_worker.py:240-241) and init_overlap's FutureMap 2
-    (unhooked, scheduler.py:692; the spec relay buffers of overlap_utils.py:373-417 are made lazily at the
-    first decode that carries them, while serving)."""
-    s = Sim(out, 5001)
+    """A unified EAGLE worker (4 draft tokens) at sglang's 0.903: the draft ModelRunner repeats baseline, weights,
+    kv_pool, attention backends, eager runner and finalize (eagle_worker_v2.py builds TpModelWorker(is_draft_worker
+    =True)); the target's budget is divided by the target's and the draft's bytes per token together
+    (pool_configurator.py:259-300: 131,072 + a one-layer draft's 4,096), the draft's pool takes the target's tokens
+    and is handed its request pools (kv_cache_configurator.py:478-482); req_to_token rows carry 4 + 4 extra columns
+    (allocation_sizing.py:95-116). The target's capture_decode_graph captures the verify graph; the draft's own
+    graphs come from its runners' __init__. scheduler.py:1113-1117 init_all_attention_backends: the target's, then
+    the draft's (its ModelRunner's 20, then the multi-step backends 16 in their own hooked window,
+    eagle_worker_v2.py:283-284); after every capture the sampling prewarm (the target's: nothing,
+    base_spec_worker.py:240-241) and init_overlap's FutureMap 2 (unhooked, scheduler.py:692)."""
+    s = Sim(out / "probe", 5001)
     target, draft = model_runner(speculative=True), model_runner(draft=True, speculative=True)
     s.init_parallel()
     s.baseline()
     s.weights(15400.0, target)
     s.baseline(draft=True)
     s.weights(900.0, draft)
-    s.kv_pool(110000.0, 400.0, LLAMA_BPT, target)
-    s.kv_pool(3000.0, 0.0, 4096.0, draft, tokens=880000)  # the target's 110,000 MiB × 8 tokens/MiB
+    kv = s.kv_pool(target, mfs=0.903, cell=LLAMA_BPT + 4096.0, draft_tokens=4)
+    s.kv_pool(draft, bpt=4096.0, target=kv)
     s.attention_backends(60.0, target)
     s.attention_backends(20.0, draft)
     s.draft_multistep_backends(DRAFT_MULTISTEP_MIB)
@@ -501,7 +682,10 @@ def eagle(out: Path) -> None:
     s.draft_graph("draft_extend_graph", [(64, 140.0), (32, 10.0)])
     s.sampling_prewarm()
     s.init_overlap()
-    s.serve([1500.0, 1900.0])
+    info = record_run(out, "null", 0.903, kv, draft_tokens=4)
+    n = decode_plan(info).reachable_requests
+    s.serve([(1500.0, batch("extend", 1, 16), False), (1200.0, batch("extend", 1, 8192), True),
+             (1900.0, batch("decode", n), False)])  # fmt: skip
     s.close()
 
 
@@ -634,15 +818,17 @@ def selfcheck_life(out: Path, flaw: str = "", guard: bool = True) -> life.LifeTr
 
 def post_capture(out: Path) -> None:
     """A PD decode worker with SGLANG_ENABLE_POST_CAPTURE_KV_SIZING: configure reserves a 125,000 MiB VA upper
-    bound (1,000,000 tokens) and backs nothing but req_to_token (400); graphs as `decode`; sampling prewarm
+    bound (1,000,000 tokens) and backs nothing but the request pools it sizes from those tokens (3,906 requests:
+    req_to_token 3,907 × 131,076 × 4 B, the allocator's index 1,000,000 × 8 B); graphs as `decode`; sampling prewarm
     (scheduler.py:1166-1170, 16 MiB, unhooked); the resize backs 120,000 MiB = 960,000 tokens; disaggregation
-    init 30; overlap init's future map (scheduler.py:692 init_overlap → 1664, 8 MiB, unhooked); serving 2,300."""
-    s = Sim(out, 8001)
+    init 30; overlap init's future map (scheduler.py:692 init_overlap → 1664, 8 MiB, unhooked); serving: the
+    warm-up 1,800, the corrected driver's burst 2,300."""
+    s = Sim(out / "probe", 8001)
     mr = model_runner()
     s.init_parallel()
     s.baseline()
     s.weights(15400.0, mr)
-    s.kv_pool(125000.0, 400.0, LLAMA_BPT, mr, post_capture=True)
+    kv = s.kv_pool(mr, va_mib=125000.0, decode=True)
     s.attention_backends(60.0, mr)
     s.eager_runner(240.0, 700.0, mr)
     s.decode_graph(DECODE_RUNGS, mr)
@@ -651,7 +837,9 @@ def post_capture(out: Path) -> None:
     s.post_capture_resize(120000.0, 960000)
     s.disaggregation_init(30.0)
     s.unhooked(8.0)  # init_overlap: future map
-    s.serve([1800.0, 2300.0, 2000.0])
+    n = decode_plan(record_run(out, "decode", 0.988, SimpleNamespace(
+        max_running_requests=kv.max_running_requests, max_total_num_tokens=960000))).reachable_requests
+    s.serve([(1800.0, batch("decode", 1), True), (2300.0, batch("decode", n), False)])
     s.close()
 
 
@@ -661,33 +849,35 @@ class Parallel(SimpleNamespace):
 
 
 def plain_dp(out: Path) -> None:
-    """`--dp-size 2` without attention DP: two replicas (data_parallel_controller.py:426-442, one scheduler each),
-    both TP0. Replica 0 serves a 2,270 MiB peak (headroom 8,873 − 2,270 = 6,603), replica 1 a 6,270 MiB one
-    (2,603): replica 1 is judged."""
+    """`--dp-size 2` without attention DP, decode nodes at 0.929: two replicas (data_parallel_controller.py:426-442,
+    one scheduler each), both TP0. Replica 0 serves a 2,270 MiB peak, replica 1 a 6,270 MiB one: replica 1 is
+    judged."""
+    kv = None
     for dp, peak in ((0, 2270.0), (1, 6270.0)):
-        s = Sim(out, 9001 + dp)
+        s = Sim(out / "probe", 9001 + dp)
         mr = model_runner()
         par = Parallel(tp_rank=0, pp_rank=0, dp_rank=dp, attn_dp_rank=0, moe_ep_rank=0, tp_size=1, pp_size=1,
                        num_dp_ranks=2, attn_dp_size=1, moe_ep_size=1)  # fmt: skip
         s.init_parallel(parallel=par)
         s.baseline()
         s.weights(15400.0, mr)
-        s.kv_pool(117000.0, 400.0, LLAMA_BPT, mr)
+        kv = s.kv_pool(mr, mfs=0.929, decode=True)
         s.attention_backends(60.0, mr)
         s.eager_runner(240.0, 700.0, mr)
         s.decode_graph(DECODE_RUNGS, mr)
         s.finalize(20.0, mr)
         s.disaggregation_init(30.0)
-        s.serve([1800.0, peak, 2000.0])
+        s.serve([(1800.0, batch("decode", 1), True), (peak, batch("decode", 1778), False)])
         s.close()
+    record_run(out, "decode", 0.929, kv)
 
 
 def decode_deepep_ladder(out: Path) -> None:
     """`decode-deepep`'s startup with the largest bs's warm-up (300 MiB) cached through the capture and no
     serving: the lowest free reading inside the capture (its ladder) is the worst point."""
-    s = Sim(out, 3101)
+    s = Sim(out / "probe", 3101)
     mr = model_runner()
-    s.startup(mr, 117000.0)
+    s.startup(mr, 0.915, decode=True)
 
     def first() -> None:
         s.deepep_buffer(2500.0)
@@ -706,6 +896,8 @@ SCENARIOS: dict[str, Callable[[Path], Any]] = {
     "unified": unified,
     "decode": decode,
     "decode-deepep": lambda out: decode(out, deepep=True),
+    "decode-64": lambda out: decode(out, load64=True),
+    "decode-oom": decode_oom,
     "prefill": prefill,
     "eagle": eagle,
     "selfcheck": selfcheck_life,
@@ -713,13 +905,38 @@ SCENARIOS: dict[str, Callable[[Path], Any]] = {
 
 
 def write_trace(name: str, out_dir: Path) -> Path:
-    """Run one scenario through the real probe; its probe-<pid>.jsonl lands in `out_dir/name`."""
+    """Run one scenario through the real probe, laid out as `memfrac run` leaves a run: `out_dir/name/probe/
+    probe-<pid>.jsonl`, with server_info.json and load.json beside probe/ (the selfcheck life: its probe file and
+    truth.json in `out_dir/name`)."""
     d = out_dir / name
     d.mkdir(parents=True, exist_ok=True)
-    for old in d.glob("probe-*.jsonl"):
+    for old in [*d.glob("probe-*.jsonl"), *d.glob("probe/probe-*.jsonl")]:
         old.unlink()
     SCENARIOS[name](d)
     return d
+
+
+def measurement(d: Path, name: str, mode: str) -> Any:
+    """A simulated run's Measurement as `memfrac judge` reads it (profiler/face/judge.py measurement_of): its probe
+    files, /server_info (the worker's fraction, the resolved args, the ready phase) and the load plan."""
+    from profiler.core.measurement import Identity, Measurement
+    from profiler.face.judge import probe_dir_of
+    from profiler.measure.probe.reader import read_probe_dir
+    from profiler.measure.runner.load import serving_of
+    from profiler.measure.runner.run import ready_phase
+
+    run = read_probe_dir(probe_dir_of(d))
+    m = Measurement(id=name, source="probe", memory_kind="gpu", origin=str(d), scenario=name,
+                    identity=Identity(gpu_total_mib=143771.0, mode=mode), ranks=run.ranks)  # fmt: skip
+    si, lj = d / "server_info.json", d / "load.json"
+    if si.is_file():
+        info = json.loads(si.read_text())
+        m.args = {k: v for k, v in info.items() if isinstance(v, str | int | float | bool | type(None))}
+        m.args_source = "server_info"
+        run.ranks[0].phases.append(ready_phase(info))
+    if lj.is_file():
+        m.serving.update(serving_of(json.loads(lj.read_text())))
+    return m
 
 
 if __name__ == "__main__":

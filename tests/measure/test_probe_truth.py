@@ -3,10 +3,18 @@ ledger and the comparison — every figure computed by hand below.
 
 The traces come from tests/fakes/sim_worker.py: a simulated device (driver free, torch allocated/reserved/peak,
 a cache that only empty_cache releases, CUDA-graph pools) under sglang's call sequence, each step citing the
-sglang source it replays. The probe's JSONL (format v2) is written by memfrac's own Recorder.
+sglang source it replays. The probe's JSONL (format v2) is written by memfrac's own Recorder; server_info.json and
+load.json beside it are what `memfrac run` stores (the load the corrected driver plans from the worker's report).
 
 Shared numbers (MiB), every scenario: H200 143,771; init_parallel makes the CUDA context (520) and NCCL (280)
-→ free at start F = 143,771 − 800 = 142,971; weights 15,400. Llama-3.1-8B bf16 KV: 131,072 B per token.
+→ free at start F = 143,771 − 800 = 142,971; weights 15,400 → 127,571 free when the KV budget is taken.
+Llama-3.1-8B bf16 KV: 131,072 B per token (8 a MiB), context 131,072. The KV pool is sized as sglang sizes it
+(sim_worker.sglang_sizes, sglang's own functions): budget = 127,571 − F × (1 − mfs); tokens = budget // 131,072 B;
+the pool (tokens + 1) rows (memory_pool.py:2260); then out of the slack the request pools — req_to_token int32
+[admitted + 1, 131,072 + 4] (admitted = clamp(int(tokens / 131,072 × 512), 2,048, 4,096), kv_cache_configurator.py
+:3119) and the allocator's int64 index over the tokens. At the decode node's 0.929: budget 127,571 − 10,150.941 =
+117,420.059 → 939,360 tokens, pool 939,361 / 8 = 117,420.125; 3,669 admitted → req_to_token 3,670 × 131,076 × 4 B
+= 1,835.056 and the index 939,360 × 8 B = 7.167: request pools 1,842.223 → 8,308.652 free after the KV window.
 Between hooked windows, after capture (no memfrac hook: `unattributed`): init_overlap's FutureMap 2 in every
 life (scheduler.py:692), and the unified life's sampling prewarm 32 (cuBLAS workspace, scheduler.py:1167, with
 SGLANG_ENABLE_GRAPH_POOL_BORROW). The EAGLE draft's multi-step attention backends (16) have their own hooked
@@ -22,7 +30,7 @@ import pytest
 
 from profiler.analyse.compare import compare, derive_variant, ladder_graph_estimate
 from profiler.analyse.ledger import ledger
-from profiler.core.measurement import Identity, Measurement
+from profiler.core.measurement import Measurement
 from profiler.measure.probe.reader import read_probe_dir
 from profiler.measure.probe.recorder import Recorder
 from profiler.model.heuristic import HeuristicInputs, reserve, rules_for
@@ -41,76 +49,84 @@ def traces(tmp_path_factory):
 
 
 def _m(d: Path, name: str, mode: str) -> Measurement:
-    run = read_probe_dir(d)
-    return Measurement(id=name, source="probe", memory_kind="gpu", origin=str(d), scenario=name,
-                       identity=Identity(gpu_total_mib=143771.0, mode=mode), ranks=run.ranks)  # fmt: skip
+    return sim_worker.measurement(d, name, mode)
+
+
+def _probe(d: Path):
+    return read_probe_dir(d / "probe")
 
 
 def _lines(L) -> dict[str, float]:
-    return {x.name: x.mib for x in L.lines}
+    return {x.name: round(x.mib, 3) for x in L.lines}
 
 
 def _after(L) -> dict[str, float]:
-    return {x.name: x.mib for x in L.after_worst}
+    return {x.name: round(x.mib, 3) for x in L.after_worst}
 
 
 # --- the ledger closes, line by line --------------------------------------------------------------------
 
 
-def test_unified_worst_point_is_the_prefill_warmup_peak(traces):
-    """Defect f: capture_prefill_graph calls get_available_gpu_memory(empty_cache=True) after capturing
-    (cuda_graph_setup.py), so the largest bucket's warm-up (1,500) is gone from the end reading; and
-    GraphPoolPrecarve.measure (runner_utils/pool.py) resets torch's peaks inside the window.
-
-    Free after each window: weights 127,571 · KV (117,000 + req_to_token 400) 10,171 · attention 60 → 10,111 ·
-    eager (static 240; its 700 warm-up cache emptied at the window's end) 9,871 · prefill: warm-up peak
-    9,871 − 1,500 = 8,371, pool 500 → 9,371 · decode growth beyond the prefill pool 448 → 8,923 · finalize 20
-    → 8,903 · sampling prewarm's cuBLAS workspace 32 and init_overlap's FutureMap 2, both unhooked → 8,869
-    serving baseline · serving peak 300 → 8,569. Worst = 8,371, inside the prefill capture: the books there
-    hold 15,400 + 117,400 + constant (60 + 240) + prefill at its peak 1,500 + headroom 8,371 = 142,971 = F;
-    the 34 unattributed come after it (after_worst), with the decode growth, finalize and serving."""
+def test_unified_books_close_with_the_prefill_pool_as_activation(traces):
+    """A unified worker at 0.903: budget 127,571 − 142,971 × 0.097 = 113,702.813 → 909,622 tokens, pool 909,623 / 8
+    = 113,702.875; 3,553 admitted → req_to_token 3,554 × 131,076 × 4 B = 1,777.054 + index 909,622 × 8 B = 6.940 →
+    request pools 1,783.994; free after the KV window 12,084.131. Attention 60 → 12,024.131 · eager (static 240; its
+    700 warm-up cache emptied at the window's end) 11,784.131 · prefill capture: its warm-up peak 1,500 (GraphPool-
+    Precarve.measure resets torch's peaks inside, runner_utils/pool.py) → 10,284.131 inside; its torch pool 500 →
+    activation (memory_hook.py:385: torch memory is reused, chunks replay there) and 30 of graph execs outside torch →
+    prefill_graph: 11,254.131 · decode growth beyond the prefill pool 448 → 10,806.131 · finalize 20 → 10,786.131 ·
+    cuBLAS workspace 32 and FutureMap 2, both unhooked → 10,752.131 serving baseline · the corrected driver's eager
+    decode of 3,344 requests at once: 2,600 → 8,152.131, the worst point. 15,400 + 113,702.875 + 1,783.994 + 320 +
+    activation (500 + 2,600) 3,100 + 30 + 448 + 34 + 8,152.131 = 142,971 = F."""
     m = _m(traces["unified"], "unified", "null")
     L = ledger(m.ranks[0], "gpu")
     assert L.free_at_start_mib == F
-    assert L.worst_point == "peak inside prefill_graph"
-    assert _lines(L) == {"weights": 15400.0, "kv_pool": 117400.0, "constant": 300.0, "parallel": 0.0,
-                         "prefill_graph": 1500.0, "headroom": 8371.0}  # fmt: skip
-    assert _after(L) == {"constant": 20.0, "activation": 300.0, "parallel": 0.0, "decode_graph": 448.0,
-                         "unattributed": 34.0}  # fmt: skip
-    assert L.residual_mib == 0.0 and L.closes
+    assert L.worst_point == "serving peak"
+    assert _lines(L) == {"weights": 15400.0, "kv_pool": 113702.875, "request_pools": 1783.994, "constant": 320.0,
+                         "activation": 3100.0, "parallel": 0.0, "decode_graph": 448.0, "prefill_graph": 30.0,
+                         "unattributed": 34.0, "headroom": 8152.131}  # fmt: skip
+    assert L.residual_mib == pytest.approx(0.0, abs=1e-6) and L.closes
     pre = m.ranks[0].phase("prefill_graph")
     assert pre.details["foreign_peak_resets"] == 1  # the precarve reset was seen and its peak kept
+    assert (pre.details["captured"], pre.details["runner"]) == (True, "BreakableCudaGraphRunner")
+    assert [c.source for c in ledger(m.ranks[0], "gpu").lines if c.name == "activation"] == [
+        "prefill_graph [target] 500; runtime [target] 2,600"]
 
 
 def test_decode_activation_includes_the_warmup_request(traces):
     """Defect e: sglang's first run_batch is its warm-up request (1,800 of activations, cached afterwards);
-    a baseline taken after it would read the serving peak 2,300 as 500. Free: … eager 9,871 · decode 948
-    (pool 900 at bs 256, then 20+10+6+4+2+2+2+2) → 8,923 · finalize 20 → 8,903 · disaggregation_init 30 →
-    8,873 · init_overlap's FutureMap 2 (unhooked) → 8,871 = serving baseline · peak 8,871 − 2,300 = 6,571.
-    15,400 + 117,400 + constant (60+240+20+30) 350 + 948 + 2,300 + unattributed 2 + 6,571 = 142,971."""
+    a baseline taken after it would read the serving peak 2,300 as 500. Free: 8,308.652 after the KV window ·
+    attention 60 · eager 240 → 8,008.652 · decode 948 (pool 900 at bs 256, then 20+10+6+4+2+2+2+2) → 7,060.652 ·
+    finalize 20 · disaggregation_init 30 → 7,010.652 · init_overlap's FutureMap 2 (unhooked) → 7,008.652 = serving
+    baseline · the driver's 1,778 requests decoding eager at once: peak 2,300 → 4,708.652. 15,400 + 117,420.125 +
+    request pools 1,842.223 + constant (60+240+20+30) 350 + 948 + 2,300 + unattributed 2 + 4,708.652 = 142,971."""
     m = _m(traces["decode"], "decode", "decode")
     L = ledger(m.ranks[0], "gpu")
     assert L.worst_point == "serving peak"
-    assert _lines(L) == {"weights": 15400.0, "kv_pool": 117400.0, "constant": 350.0, "activation": 2300.0,
-                         "parallel": 0.0, "decode_graph": 948.0, "unattributed": 2.0, "headroom": 6571.0}  # fmt: skip
-    assert L.closes and L.residual_mib == 0.0
+    assert _lines(L) == {"weights": 15400.0, "kv_pool": 117420.125, "request_pools": 1842.223, "constant": 350.0,
+                         "activation": 2300.0, "parallel": 0.0, "decode_graph": 948.0, "unattributed": 2.0,
+                         "headroom": 4708.652}  # fmt: skip
+    assert L.closes and L.residual_mib == pytest.approx(0.0, abs=1e-6)
     assert L.line("unattributed").source.startswith("changed between the end of disaggregation_init and serving")
+    assert L.line("request_pools").source == ("kv_pool: sglang's request pools as allocated (req to token 1,835.1, "
+                                              "allocator 7.2 MiB)")  # fmt: skip
 
 
 def test_deepep_buffer_inside_the_decode_capture_is_charged_once(traces):
     """Defect a: the DeepEP buffer (2,500, NVSHMEM + cudaMalloc: outside torch, deep_ep/buffers/legacy.py) is
     created by the first MoE dispatch inside the decode capture, with a lazily created NCCL buffer (64).
-    The decode window: 9,871 → 6,359 = 3,512 = pool 948 (torch reserved Δ) + DeepEP 2,500 (nested window)
-    + 64 non-torch (parallel). Charging the DeepEP buffer to deepep_a2a AND to the decode window's non-torch
-    growth would count 2,500 twice and the books would not close."""
+    At 0.915: budget 127,571 − 142,971 × 0.085 = 115,418.465 → 923,347 tokens, pool 115,418.5; 3,606 admitted →
+    request pools 1,803.555 + 7.045 = 1,810.600 → 10,341.900 after the KV window; − 300 → 10,041.900. The decode
+    window: 3,512 = pool 948 (torch reserved Δ) + DeepEP 2,500 (nested window) + 64 non-torch (parallel) →
+    6,529.900; − 20 − 30 − FutureMap 2 = 6,477.900 at the serving baseline; − 2,300 = 4,177.900. Charging the
+    DeepEP buffer to deepep_a2a AND to the decode window's non-torch growth would count 2,500 twice."""
     m = _m(traces["decode-deepep"], "decode-deepep", "decode")
     L = ledger(m.ranks[0], "gpu")
     lines = _lines(L)
     assert lines["deepep_a2a"] == 2500.0 and lines["decode_graph"] == 948.0 and lines["parallel"] == 64.0
     assert lines["constant"] == 350.0 and lines["activation"] == 2300.0
-    # 6,359 − 20 − 30 − FutureMap 2 = 6,307 at the serving baseline; − 2,300 = 4,007
-    assert lines["headroom"] == 4007.0 and lines["unattributed"] == 2.0
-    assert L.residual_mib == 0.0
+    assert lines["headroom"] == 4177.9 and lines["unattributed"] == 2.0 and lines["request_pools"] == 1810.6
+    assert L.residual_mib == pytest.approx(0.0, abs=1e-6)
     # the source names whose buffer it was (every backend's is charged to the one all-to-all term)
     assert [x.source for x in L.lines if x.name == "deepep_a2a"] == [
         "a2a_buffer (deepep) window Δ (driver), inside decode_graph"
@@ -118,14 +134,20 @@ def test_deepep_buffer_inside_the_decode_capture_is_charged_once(traces):
 
 
 def test_prefill_node(traces):
-    """A PD prefill worker: KV 110,000 + 400 → 17,171 · attention 60 · eager 240 → 16,871 · prefill pool 500
-    (warm-up 1,200: peak at 15,671) → 16,371 · finalize 20 · disaggregation_init 30 → 16,321 · FutureMap 2
-    (unhooked) → 16,319 · chunked-prefill activations 3,000 → 13,319. 15,400 + 110,400 + 350 + 500 + 3,000 +
-    unattributed 2 + 13,319 = 142,971."""
+    """A PD prefill worker at 0.907: budget 127,571 − 142,971 × 0.093 = 114,274.697 → 914,197 tokens, pool
+    114,274.75; 3,571 admitted → request pools 1,786.055 + 6.975 = 1,793.029 → 11,503.221 after the KV window ·
+    attention 60 · eager 240 → 11,203.221 · the prefill capture: its warm-up's 1,200 stay cached while the graph's
+    private pool takes 900 more (a private pool does not reuse the default pool's blocks): peak 2,100 inside →
+    9,103.221, the worst point; after it the pool's 900 (activation: chunks replay there, memory_hook.py:385) and
+    the execs' 40 (prefill_graph: all the term counts). The books there hold 15,400 + 114,274.75 + 1,793.029 +
+    constant 300 + activation at its peak 2,100 + 9,103.221 = 142,971; finalize 20, disaggregation_init 30, the
+    FutureMap 2 and the chunks' 150 above the serving baseline come after it."""
     m = _m(traces["prefill"], "prefill", "prefill")
     L = ledger(m.ranks[0], "gpu")
-    assert _lines(L) == {"weights": 15400.0, "kv_pool": 110400.0, "constant": 350.0, "activation": 3000.0,
-                         "parallel": 0.0, "prefill_graph": 500.0, "unattributed": 2.0, "headroom": 13319.0}  # fmt: skip
+    assert L.worst_point == "peak inside prefill_graph"
+    assert _lines(L) == {"weights": 15400.0, "kv_pool": 114274.75, "request_pools": 1793.029, "constant": 300.0,
+                         "activation": 2100.0, "parallel": 0.0, "prefill_graph": 0.0, "headroom": 9103.221}  # fmt: skip
+    assert _after(L) == {"constant": 50.0, "activation": 150.0, "parallel": 0.0, "unattributed": 2.0}
     assert L.closes
 
 
@@ -133,12 +155,17 @@ def test_eagle_draft_phases_are_tagged_and_charged_once(traces):
     """Defect d: the draft ModelRunner (eagle_worker_v2.py: TpModelWorker(is_draft_worker=True)) repeats
     baseline, weights, kv_pool, attention backends, eager runner and finalize; its graphs are built by
     EAGLEDraftCudaGraphRunner / EAGLEDraftExtendCudaGraphRunner.__init__ (their own capture_one_shape).
-    weights 15,400 + draft 900; KV 110,400 + draft 3,000; constant 60 + 240 + 20; prefill 500; the target's
-    verify graph 1,144 (1,100+20+10+6+4+2+2); speculative = draft attention 20 + the draft's multi-step
-    attention backends 16 (EagleDraftWorker.init_attention_backend, eagle_worker_v2.py:284: hooked, its own
-    window — not unattributed) + draft eager 50 + draft graph 300 (280+10+10) + draft extend 150 (140+10) = 536;
-    init_overlap's FutureMap 2 unattributed; activation 1,900. Headroom 142,971 − 16,300 − 113,400 − 320 − 500
-    − 1,144 − 536 − 2 − 1,900 = 8,869."""
+    Weights 15,400 + draft 900 → 126,671 free at the budget; at 0.903 the budget 126,671 − 13,868.187 =
+    112,802.813 is divided by the target's and the draft's bytes per token together (131,072 + 4,096: pool_
+    configurator.py:259-300) → 875,076 tokens; the target's pool 875,077 × 131,072 B = 109,384.625, the draft's
+    875,077 × 4,096 B = 3,418.270 (kv_pool 112,802.895); 3,418 admitted, req_to_token 3,419 × (131,072 + 4 + 4
+    draft tokens) × 4 B = 1,709.604 + index 6.676 = 1,716.281, built once (the draft is handed the target's pools).
+    Constant 60 + 240 + 20; activation = the prefill pool 500 + serving 1,900; the target's verify graph 1,144
+    (1,100+20+10+6+4+2+2); speculative = draft attention 20 + the draft's multi-step attention backends 16
+    (EagleDraftWorker.init_attention_backend, eagle_worker_v2.py:284: hooked, its own window — not unattributed) +
+    draft eager 50 + draft graph 300 (280+10+10) + draft extend 150 (140+10) = 536; init_overlap's FutureMap 2
+    unattributed. Headroom 142,971 − 16,300 − 112,802.895 − 1,716.281 − 320 − 2,400 − 1,144 − 536 − 2 =
+    7,749.825."""
     m = _m(traces["eagle"], "eagle", "null")
     r = m.ranks[0]
     assert r.phase("weights").used_mib == 15400.0  # the target's, not the draft's (which sglang runs later)
@@ -150,13 +177,14 @@ def test_eagle_draft_phases_are_tagged_and_charged_once(traces):
     # the draft ModelRunner's backends, then the multi-step ones: two sibling draft windows, in that order
     backends = [(p.role, p.used_mib) for p in r.phases_named("attention_backends")]
     assert backends == [("target", 60.0), ("draft", 20.0), ("draft", 16.0)]
+    assert "request_pools_mib" not in r.phase("kv_pool", role="draft").details  # handed the target's
     L = ledger(r, "gpu")
-    assert _lines(L) == {"weights": 16300.0, "kv_pool": 113400.0, "constant": 320.0, "activation": 1900.0,
-                         "parallel": 0.0, "decode_graph": 1144.0, "prefill_graph": 500.0, "speculative": 536.0,
-                         "unattributed": 2.0, "headroom": 8869.0}  # fmt: skip
+    assert _lines(L) == {"weights": 16300.0, "kv_pool": 112802.895, "request_pools": 1716.281, "constant": 320.0,
+                         "activation": 2400.0, "parallel": 0.0, "decode_graph": 1144.0, "prefill_graph": 0.0,
+                         "speculative": 536.0, "unattributed": 2.0, "headroom": 7749.825}  # fmt: skip
     assert "attention_backends [draft] 16" in L.line("speculative").source
     assert L.line("unattributed").source.startswith("changed between the end of draft_extend_graph and serving")
-    assert L.residual_mib == 0.0
+    assert L.residual_mib == pytest.approx(0.0, abs=1e-6)
 
 
 def test_removing_the_nested_subtraction_breaks_the_books(traces, monkeypatch):
@@ -176,17 +204,25 @@ def test_removing_the_nested_subtraction_breaks_the_books(traces, monkeypatch):
 def test_init_parallel_has_no_gpu_usage(traces):
     """Defect i: init_parallel begins before the CUDA context exists (no driver reading) and ends with one:
     two readings of different layers give no usage — never an RSS delta stored as a GPU figure."""
-    r = read_probe_dir(traces["decode"]).ranks[0]
+    r = _probe(traces["decode"]).ranks[0]
     p = r.phase("init_parallel")
     assert p.before.free_mib is None and p.after.free_mib == F
     assert p.used_mib is None
 
 
 def test_kv_pool_details_come_from_the_configurator(traces):
-    """Defect g: KVCacheConfigResult.max_total_num_tokens and the pool's mem_usage (GiB, kv_cache_configurator.py)
-    → 117,000 MiB × 2^20 / 131,072 B = 936,000 tokens."""
-    p = read_probe_dir(traces["decode"]).ranks[0].phase("kv_pool")
-    assert p.details["kv_tokens"] == 936000 and p.details["kv_mib"] == 117000.0
+    """Defect g, and issue 26.2: KVCacheConfigResult.max_total_num_tokens, the pool's mem_usage (GiB), the admitted
+    requests, and the request pools read off sglang's objects (kv_cache_configurator.py:478-482): req_to_token's
+    shape [3,670, 131,076] → 3,670 × 131,076 × 4 B = 1,835.056 MiB, the allocator's free_pages 939,360 × 8 B =
+    7.167 MiB; the budget (_profile_available_bytes) 117,420.059 MiB."""
+    p = _probe(traces["decode"]).ranks[0].phase("kv_pool")
+    d = p.details
+    assert d["kv_tokens"] == 939360 and d["kv_mib"] == 117420.125 and d["max_running_requests"] == 3669
+    assert (d["req_to_token_rows"], d["req_to_token_cols"], d["context_len"]) == (3670, 131076, 131072)
+    assert d["req_to_token_mib"] == pytest.approx(1835.056, abs=1e-3)
+    assert d["allocator_mib"] == pytest.approx(7.167, abs=1e-3)
+    assert d["request_pools_mib"] == pytest.approx(1842.223, abs=1e-3)
+    assert d["budget_mib"] == pytest.approx(117420.059, abs=1e-3)
 
 
 def test_the_dp_controller_leaves_no_probe_file(tmp_path):
@@ -203,7 +239,7 @@ def test_a_phaseless_probe_file_is_not_a_rank(traces, tmp_path):
     """Older probes wrote a start record for the DP controller; its file must not become the primary rank."""
     d = tmp_path / "w"
     d.mkdir()
-    for p in traces["decode"].glob("*.jsonl"):
+    for p in (traces["decode"] / "probe").glob("*.jsonl"):
         (d / p.name).write_text(p.read_text())
     (d / "probe-1.jsonl").write_text(json.dumps({"v": 1, "type": "start", "pid": 1, "kind": "gpu"}) + "\n")
     run = read_probe_dir(d)
@@ -225,21 +261,34 @@ def test_decode_ladder_is_in_capture_order(traces):
 def test_decode_node_comparison(traces):
     """0.5.23 on a decode node (H200, Llama-3.1-8B): activation max(256 × 1, 2048) × 1.5 = 3,072; 512 + 3,072 +
     128 + decode 256 × 2 = 512 → 4,224 < 10,240 → floor top-up 6,016; fraction round(133,531/143,771, 3) = 0.929.
-    slack = F × (1 − 0.929) = 142,971 × 0.071 = 10,150.941; used after KV = 10,171 − 6,571 = 3,600 (the
-    FutureMap's 2 unattributed included); wasted = (6,571 − 1,024) MiB × 2^20 / 131,072 B = 5,547 × 8 = 44,376
-    tokens; recommended = floor((1 − (3,600 + 1,024)/142,971) × 1000)/1000 = floor(967.66)/1000 = 0.967."""
+    slack = F × (1 − 0.929) = 142,971 × 0.071 = 10,150.941, of which the request pools take 1,842.223: room
+    8,308.718; used after KV = 8,308.652 − 4,708.652 = 3,600 (the FutureMap's 2 unattributed included). The load
+    reached the worst case: the 1,778 requests the pool holds at once (of 3,669 admitted) decoded together, eager.
+    Wasted = (4,708.652 − 1,024) MiB at 117,420.125 × 2^20 / 939,360 = 131,072.14 B per token → 29,477 tokens.
+    Recommended by sglang's sizing replayed (issue 26.2): at 0.954 the budget 127,571 − 142,971 × 0.046 =
+    120,994.334 → 967,954 tokens (+28,594 × 131,072 B = 3,574.25 MiB of pool: the cell, 117,420.125 MiB over the
+    pool's 939,361 rows), 3,781 admitted → req_to_token 3,782 × 131,076 × 4 B = 1,891.091 + index 7.385 (+56.254 out
+    of the slack): headroom 4,708.652 − 3,574.25 − 56.254 = 1,078.1 ≥ 1,024; at 0.955 (969,098 tokens, 3,785
+    admitted) 933.1 < 1,024 → 0.954. The old rule, floor((1 − (3,600 + 1,024)/142,971) × 1000)/1000 = 0.967,
+    leaves −810 there (43,463 more tokens: 5,432.9; 3,839 admitted: 85.3 more of request pools)."""
     m = _m(traces["decode"], "decode", "decode")
     res = reserve(HeuristicInputs(mode="decode", **LLAMA), R23)
     assert res.mem_fraction_static == 0.929
     c = compare(m, res)
-    assert c.free_at_start_mib == F
+    assert c.free_at_start_mib == F and c.mfs == 0.929
     assert c.slack_mib == pytest.approx(10150.941)
-    assert c.used_after_kv_mib == 3600.0
-    # startup headroom: the serving baseline, 8,873 after disaggregation_init − init_overlap's FutureMap 2 = 8,871
-    assert c.headroom_mib == 6571.0 and c.headroom_startup_mib == 8871.0
-    assert c.kv_bytes_per_token == 131072.0 and c.kv_tokens == 936000
-    assert c.wasted_kv_tokens == 44376
-    assert c.recommended_mfs == 0.967
+    assert c.request_pools_mib == pytest.approx(1842.223, abs=1e-3)
+    assert c.room_mib == pytest.approx(8308.718, abs=1e-3)
+    assert c.used_after_kv_mib == pytest.approx(3600.0) and c.need_mib == pytest.approx(3600.0)
+    # startup headroom: the serving baseline, 7,010.652 after disaggregation_init − init_overlap's FutureMap 2
+    assert c.headroom_mib == pytest.approx(4708.652, abs=1e-3)
+    assert c.headroom_startup_mib == pytest.approx(7008.652, abs=1e-3)
+    assert c.kv_tokens == 939360 and c.kv_bytes_per_token == pytest.approx(131072.14, abs=0.01)
+    assert c.wasted_kv_tokens == 29477
+    assert c.load_reached is True and c.pending_mib == 0.0
+    assert c.recommended_mfs == 0.954
+    assert c.recommended_basis.startswith("sglang's sizing replayed at 0.954: 967,954 tokens admit 3,781 requests")
+    assert "headroom 1,078 MiB ≥ margin 1,024" in c.recommended_basis
     t = {x.term: x for x in c.terms}
     assert (t["activation"].reserved_mib, t["activation"].measured_mib, t["activation"].verdict) == (3072.0, 2300.0,
                                                                                                     "fits")  # fmt: skip
@@ -251,12 +300,13 @@ def test_decode_node_comparison(traces):
 
 
 def test_startup_headroom_counts_the_allocations_after_the_last_window(traces):
-    """The end of startup is the serving baseline (ledger: the runtime window's before): decode 8,873 −
-    FutureMap 2 = 8,871; unified 8,903 − cuBLAS workspace 32 − FutureMap 2 = 8,869. It was the free after the
-    last hooked window (8,873 / 8,903), leaving out what sglang makes after it and before serving."""
+    """The end of startup is the serving baseline (ledger: the runtime window's before): decode 7,010.652 −
+    FutureMap 2 = 7,008.652; unified 10,786.131 − cuBLAS workspace 32 − FutureMap 2 = 10,752.131. It was the free
+    after the last hooked window, leaving out what sglang makes after it and before serving."""
     dec = compare(_m(traces["decode"], "decode", "decode"), reserve(HeuristicInputs(mode="decode", **LLAMA), R23))
     uni = compare(_m(traces["unified"], "unified", "null"), reserve(HeuristicInputs(mode="null", **LLAMA), R23))
-    assert (dec.headroom_startup_mib, uni.headroom_startup_mib) == (8871.0, 8869.0)
+    assert dec.headroom_startup_mib == pytest.approx(7008.652, abs=1e-3)
+    assert uni.headroom_startup_mib == pytest.approx(10752.131, abs=1e-3)
 
 
 def test_deepep_decode_comparison(traces):
@@ -272,25 +322,28 @@ def test_deepep_decode_comparison(traces):
     assert t["decode_graph"].measured_mib == 948.0
 
 
-def test_unified_graphs_are_judged_jointly(traces):
-    """Defect b: prefill and decode graphs share one pool (runner_utils/pool.py "later backends reuse the same
-    handle"; prefill first "so both coalesce", cuda_graph_setup.py): the decode window holds only the growth
-    beyond the prefill pool (448, not the 948 its graphs would take alone). Reserved: 58 prefill buckets up to
-    8,192 × 8 = 464 + decode 256 × 2 = 512 = 976; measured 500 + 448 = 948 → fits (976 − 948 = 28 ≤ 512)."""
+def test_unified_graph_terms_mean_what_sglang_means(traces):
+    """Issue 26.4: each family on its own row, by sglang's meaning (memory_hook.py:364-389). The prefill term counts
+    only the graph's non-torch memory — 58 buckets up to 8,192 × 8 = 464 vs the execs' 30 → fits; its torch pool (500,
+    which the decode graphs reuse: runner_utils/pool.py "later backends reuse the same handle") is activation memory;
+    the decode term 256 × 2 = 512 vs the growth beyond the shared pool, 448 → fits. Activation: max(8,192, 2,048)
+    × 1.5 = 12,288 vs 500 + 2,600 = 3,100, the load having reached both worst cases (a chunk of 8,192 tokens; the
+    3,344 requests the pool holds at once of 3,553 admitted) → over (12,288 − 3,100 > max(512, 6,144))."""
     m = _m(traces["unified"], "unified", "null")
     res = reserve(HeuristicInputs(mode="null", **LLAMA), R23)
     assert res.mem_fraction_static == 0.903
     c = compare(m, res)
     t = {x.term: x for x in c.terms}
-    assert "decode_graph" not in t and "prefill_graph" not in t
-    g = t["prefill_graph+decode_graph"]
-    assert (g.reserved_mib, g.measured_mib, g.verdict) == (976.0, 948.0, "fits")
+    assert "prefill_graph+decode_graph" not in t
+    assert (t["prefill_graph"].reserved_mib, t["prefill_graph"].measured_mib, t["prefill_graph"].verdict) == (
+        464.0, 30.0, "fits")  # fmt: skip
+    assert (t["decode_graph"].reserved_mib, t["decode_graph"].measured_mib, t["decode_graph"].verdict) == (
+        512.0, 448.0, "fits")  # fmt: skip
+    assert (t["activation"].reserved_mib, t["activation"].measured_mib, t["activation"].verdict) == (
+        12288.0, 3100.0, "over")  # fmt: skip
     # constant = attention 60 + eager 240 (its warm-up cache emptied at its end, not moved into the graphs) + 20
     assert t["constant"].measured_mib == 320.0
-    assert c.headroom_mib == 8371.0  # the prefill warm-up peak, not the 8,603 of the end readings
-    # used after KV = 10,171 − 8,371 = 1,800 (the 34 unattributed after the worst point do not move it);
-    # recommended = floor((1 − 2,824/142,971) × 1000)/1000 = 0.980
-    assert c.used_after_kv_mib == 1800.0 and c.recommended_mfs == 0.980
+    assert c.load_reached is True and len(c.load) == 2
 
 
 def test_eagle_speculative_row(traces):
@@ -316,16 +369,18 @@ def test_derived_variant_reads_the_whole_capture_from_the_last_rung(traces):
     assert ladder_graph_estimate(c.ladder, 128) == 478.0
     res128 = reserve(HeuristicInputs(mode="decode", decode_max_bs=128, **LLAMA), R23)
     d = derive_variant(c, res128, "decode-128", 128)
-    assert d.used_after_kv_mib == 3130.0
+    assert d.used_after_kv_mib == pytest.approx(3130.0)
     assert d.ladder[0] == (128, 920.0) and d.ledger is None
     # max_bs 128 still sits under the 10 GiB floor: same fraction (0.929), same slack → headroom moves only by the
-    # graph: 6,571 − (478 − 948) = 7,041 MiB; judged against the measured serving peak 2,300: 7,041 > 2 × 2,300
-    # and 7,041 − 2,300 = 4,741 > 2,048 → wasteful (the same rule as a measured run's verdict)
-    assert res128.mem_fraction_static == 0.929 and d.headroom_mib == 7041.0
+    # graph: 4,708.652 + 470 = 5,178.652 MiB; judged against the measured serving peak 2,300: 5,178.652 > 2 × 2,300
+    # and 5,178.652 − 2,300 = 2,878.652 > 2,048 → wasteful (the same rule as a measured run's verdict)
+    assert res128.mem_fraction_static == 0.929 and d.headroom_mib == pytest.approx(5178.652, abs=1e-3)
     assert d.verdict == "wasteful" and "(estimated)" in d.reason and "measured runtime peak" in d.reason
-    # served (the peak is inside the headroom): unused 7,041 − 1,024 = 6,017 MiB → × 8 tokens a MiB (131,072 B)
-    # = 48,136; recommended floor((1 − (3,130 + 1,024)/142,971) × 1000)/1000 = floor(970.94)/1000 = 0.970
-    assert (d.kv_unused_mib, d.wasted_kv_tokens, d.recommended_mfs) == (6017.0, 48136, 0.970)
+    # served (the peak is inside the headroom): unused 5,178.652 − 1,024 = 4,154.652 MiB at 131,072.14 B a token =
+    # 33,237 tokens; a variant has no request pools of its own to replay: floor((1 − (3,130 + 1,024)/142,971) ×
+    # 1000)/1000 = floor(970.94)/1000 = 0.970, said so
+    assert (round(d.kv_unused_mib, 3), d.wasted_kv_tokens, d.recommended_mfs) == (4154.652, 33237, 0.970)
+    assert "not replayed (a variant read from another start's ladder)" in d.recommended_basis
 
 
 # --- the store keeps the books ----------------------------------------------------------------------------
@@ -333,7 +388,7 @@ def test_derived_variant_reads_the_whole_capture_from_the_last_rung(traces):
 
 def test_results_directory_holds_the_ledger_and_the_ladder_in_capture_order(traces, tmp_path):
     """ledger.parquet: the decode run's lines sum to F per rank; ladder.parquet keeps capture order
-    (capture_index 0 = bs 256); a probe run's inputs all came from its scenario (defaulted_inputs "")."""
+    (capture_index 0 = bs 256); results.parquet carries the recommendation's basis, the room and the load."""
     from profiler.results.store import RunContext, Store, load_ladder, load_ledger, load_results
 
     m = _m(traces["decode"], "decode", "decode")
@@ -342,14 +397,19 @@ def test_results_directory_holds_the_ledger_and_the_ladder_in_capture_order(trac
     st.init()
     st.add([(m, c, RunContext())], run_key="decode")
     led = load_ledger(tmp_path / "R")
-    # unattributed: the FutureMap's 2 (init_overlap, unhooked)
-    lines = {"weights", "kv_pool", "constant", "activation", "parallel", "decode_graph", "unattributed", "headroom"}
+    # unattributed: the FutureMap's 2 (init_overlap, unhooked); the request pools their own line
+    lines = {"weights", "kv_pool", "request_pools", "constant", "activation", "parallel", "decode_graph",
+             "unattributed", "headroom"}  # fmt: skip
     assert set(led["line"]) == lines
-    assert led["mib"].sum() == F and led["closes"].all() and led["judged"].all()
+    assert led["mib"].sum() == pytest.approx(F) and led["closes"].all() and led["judged"].all()
     lad = load_ladder(tmp_path / "R")
     assert list(lad["bs"]) == [256, 128, 64, 32, 16, 8, 4, 2, 1] and list(lad["capture_index"]) == list(range(9))
     res = load_results(tmp_path / "R")
-    assert set(res["defaulted_inputs"]) == {""} and res["ledger_closes"].all()
+    assert res["ledger_closes"].all() and (res["recommended_mfs"] == 0.954).all()
+    assert res["load_reached"].all() and res["recommended_basis"].str.startswith("sglang's sizing replayed").all()
+    total = res[res["term"] == "total"].iloc[0]
+    assert (total["reserved_mib"], total["measured_mib"], total["term_verdict"]) == (
+        pytest.approx(8308.718, abs=1e-3), pytest.approx(3600.0), "fits")  # fmt: skip
 
 
 def test_a_log_names_the_inputs_it_left_to_defaults():

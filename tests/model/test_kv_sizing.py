@@ -84,10 +84,11 @@ def test_allocator_index_is_eight_bytes_a_token():
 
 def _decode_h200(**kw) -> KvSizingInputs:
     """The simulated Llama-3.1-8B decode node at sglang's 0.929: free at start 142,971, weights 15,400 → 127,571
-    available; budget 127,571 − 142,971 × 0.071 = 117,420.059 → 939,360 tokens (8 a MiB: 117,420 MiB of KV),
+    available; budget 127,571 − 142,971 × 0.071 = 117,420.059 → 939,360 tokens (8 a MiB; the pool's 939,361 rows:
+    117,420.125 MiB),
     3,669 requests, req_to_token 3,670 × 131,076 × 4 B = 1,835.06 MiB, allocator 939,360 × 8 B = 7.17 MiB."""
     base = dict(mfs=0.929, pre_model_load_mib=F, budget_mib=127571.0 - F * 0.071, tokens=939360,
-                pool_mib=117420.0, context_len=CTX, requests=3669, req_rows=3670, req_cols=CTX + 4,
+                pool_mib=117420.125, context_len=CTX, requests=3669, req_rows=3670, req_cols=CTX + 4,
                 allocator_mib=939360 * 8 / 2**20)  # fmt: skip
     return KvSizingInputs(**(base | kw))
 
@@ -107,9 +108,17 @@ def test_replay_at_a_higher_fraction_by_hand():
     (× 8, floored); 982,823 / 131,072 × 512 = 3,839.15 → 3,839 requests; req_to_token 3,840 × 131,076 × 4 B =
     1,920.06 MiB — 85 MiB more than at 0.929, out of the slack."""
     s = size_at(_decode_h200(), 0.967)
-    assert s.tokens == 982823 and s.requests == 3839
+    assert s.tokens == 982823 and s.requests == 3839 and s.pool_mib == 982824 / 8
     assert round(s.req_to_token_mib, 2) == 1920.06
     assert s.allocator_mib == pytest.approx(982823 * 8 / 2**20)
+
+
+def test_the_cell_is_the_pools_bytes_per_row_when_it_gives_the_tokens_back():
+    """117,420.125 MiB / 939,361 rows = 131,072 B exactly (budget // it = 939,360: the worker's count); a pool with
+    more in it (117,500 MiB: 131,161 B a row gives 938,648 tokens back, not 939,360) falls back to the middle of the
+    cells that do: 117,420.059 MiB / 939,360.5 = 131,072.07 B."""
+    assert _decode_h200().cell_bytes == 131072.0
+    assert _decode_h200(pool_mib=117500.0).cell_bytes == pytest.approx(117420.059 * 2**20 / 939360.5)
 
 
 def test_a_user_cap_on_tokens_holds_the_replay():

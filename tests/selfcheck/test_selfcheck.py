@@ -278,6 +278,7 @@ LIFE_CHECKS = [
     "life: weights",
     "life: kv_pool",
     "life: constant",
+    "life: prefill pool (activation memory)",
     "life: prefill_graph",
     "life: prefill_graph peak inside its window",
     "life: decode_graph",
@@ -287,7 +288,7 @@ LIFE_CHECKS = [
     "life: activation",
     "life: unattributed",
     "life: headroom",
-    "comparison: terms from the ledger (graphs judged jointly)",
+    "comparison: terms from the ledger (each as sglang means it)",
     "comparison: KV pool details from the configurator's result",
 ]
 
@@ -309,10 +310,11 @@ def _failing(by: dict) -> set[str]:
 def test_the_clean_life_passes_every_check_with_figures_by_hand(tmp_path):
     """The simulated H200 (143,771) with a 520 CUDA context: free at start F = 143,251. Weights 1,280; KV 2,560
     (163,840 tokens × 16,384 B); eager static 320 (its 288 warm-up cache emptied by the probe at the window's
-    end); prefill pool 144 + 2 = 146, its 4 executables 4 × 0.5 = 2 → parallel; decode window 320 (DeepEP,
-    nested) + pool growth 260 + 2 + 2 = 264 + 7 × 0.5 = 3.5 → parallel; parallel 0 + 2 + 3.5 = 5.5 = 11 × 0.5;
-    activation 1,280 + 2 = 1,282 (the warm-up request, inside the window). Headroom = 143,251 − 1,280 − 2,560 −
-    320 − 146 − 264 − 320 − 5.5 − 1,282 = 137,073.5 = the free memory read inside the warm-up request.
+    end); prefill pool 144 + 2 = 146 → activation (where chunks replay: memory_hook.py:385), its 4 executables
+    4 × 0.5 = 2 → prefill_graph (the term counts only non-torch memory); decode window 320 (DeepEP, nested) + pool
+    growth 260 + 2 + 2 = 264 + 7 × 0.5 = 3.5 → parallel; activation 146 + 1,280 + 2 = 1,428 (the pool, then the
+    warm-up request, inside the window). Headroom = 143,251 − 1,280 − 2,560 − 320 − 2 − 264 − 320 − 3.5 − 1,428
+    = 137,073.5 = the free memory read inside the warm-up request.
     Prefill peak: 640 scratch + 150 forward = 790 above its start, kept across the precarve reset by the guard.
     Ladder, driver MiB since the decode window began, less the nested DeepEP window (320): bs 64: 260 + 0.5 =
     260.5; 32: 261.0; 16: 263.5; 8: 264.0; 4: 264.5; 2: 267.0; 1: 267.5."""
@@ -324,10 +326,10 @@ def test_the_clean_life_passes_every_check_with_figures_by_hand(tmp_path):
         "weights": 1280.0,
         "kv_pool": 2560.0,
         "constant": 320.0,
-        "activation": 1282.0,
-        "parallel": 5.5,
+        "activation": 1428.0,
+        "parallel": 3.5,
         "decode_graph": 264.0,
-        "prefill_graph": 146.0,
+        "prefill_graph": 2.0,
         "deepep_a2a": 320.0,
         "headroom": 137073.5,
     }
@@ -358,8 +360,8 @@ def test_the_clean_life_passes_every_check_with_figures_by_hand(tmp_path):
         # a 400 MiB req_to_token pool beside the KV: kv_pool reads 2,960
         ("kv_extra", {"life: kv_pool"}),
         # the buffer made where no deepep hook sees it (its target did not resolve): no nested window, its
-        # 320 MiB land in the decode window's non-torch growth → parallel 325.5, and in its ladder rungs (no
-        # nested window to take them out); the joint comparison row too
+        # 320 MiB land in the decode window's non-torch growth → parallel 323.5, and in its ladder rungs (no
+        # nested window to take them out); the comparison's rows too
         (
             "a2a_unhooked",
             {
@@ -367,16 +369,16 @@ def test_the_clean_life_passes_every_check_with_figures_by_hand(tmp_path):
                 "life: deepep_a2a",
                 "life: parallel",
                 "life: decode ladder (capture order, cumulative)",
-                "comparison: terms from the ledger (graphs judged jointly)",
+                "comparison: terms from the ledger (each as sglang means it)",
             },
         ),
-        # a lazily made 64 MiB NCCL buffer inside the first decode capture: parallel 69.5 vs 5.5, the ladder +64
+        # a lazily made 64 MiB NCCL buffer inside the first decode capture: parallel 67.5 vs 3.5, the ladder +64
         (
             "nccl_in_capture",
             {
                 "life: parallel",
                 "life: decode ladder (capture order, cumulative)",
-                "comparison: terms from the ledger (graphs judged jointly)",
+                "comparison: terms from the ledger (each as sglang means it)",
             },
         ),
     ],
@@ -389,7 +391,8 @@ def test_each_life_check_fires_on_its_flaw(tmp_path, flaw, fires):
 def test_activation_fires_when_the_baseline_follows_the_warmup_request(tmp_path, monkeypatch):
     """Defect e, as the runtime hook was before the fix: the baseline taken at the first sample, after sglang's
     warm-up request. Its 1,282 MiB sit in the cache inside the baseline, the later batches (640, 960) reuse it:
-    activation reads 0, and the cache between the decode window and the baseline is unattributed 1,282."""
+    activation reads only the prefill pool's 146, and the cache between the decode window and the baseline is
+    unattributed 1,282."""
 
     def baseline_after_first_batch(rec, phase):
         def hook(original, *a, **k):
@@ -404,9 +407,9 @@ def test_activation_fires_when_the_baseline_follows_the_warmup_request(tmp_path,
     assert _failing(by) == {
         "life: activation",
         "life: unattributed",
-        "comparison: terms from the ledger (graphs judged jointly)",
+        "comparison: terms from the ledger (each as sglang means it)",
     }
-    assert by["life: activation"].measured["ledger"] == 0.0 and by["life: unattributed"].measured["ledger"] == 1282.0
+    assert by["life: activation"].measured["ledger"] == 146.0 and by["life: unattributed"].measured["ledger"] == 1282.0
 
 
 def test_the_ledger_closes_check_fires_without_the_nested_subtraction(tmp_path, monkeypatch):
@@ -416,7 +419,7 @@ def test_the_ledger_closes_check_fires_without_the_nested_subtraction(tmp_path, 
     monkeypatch.setattr(lg, "own_usage", lambda window, nested: window)
     res, by = _life(tmp_path)
     assert not by["life: the ledger closes"].passed and res.ledger.residual_mib == -320.0
-    assert not by["life: parallel"].passed  # 325.5: the buffer again, as non-torch growth
+    assert not by["life: parallel"].passed  # 323.5: the buffer again, as non-torch growth
 
 
 def test_constant_and_unattributed_fire_without_the_probes_cache_boundary(tmp_path, monkeypatch):
@@ -427,26 +430,27 @@ def test_constant_and_unattributed_fire_without_the_probes_cache_boundary(tmp_pa
     assert _failing(by) == {
         "life: constant",
         "life: unattributed",
-        "comparison: terms from the ledger (graphs judged jointly)",
+        "comparison: terms from the ledger (each as sglang means it)",
     }
     assert by["life: constant"].measured["ledger"] == 608.0 and by["life: unattributed"].measured["ledger"] == -288.0
 
 
 def test_prefill_graph_fires_when_no_window_empties_the_cache(tmp_path, monkeypatch):
     """Without either boundary the eager warm-up's 288 MiB cache is released by sglang's own empty_cache inside
-    the prefill capture: prefill_graph reads 146 − 288 = −142."""
+    the prefill capture: the prefill pool (its torch growth, activation memory) reads 146 − 288 = −142."""
     monkeypatch.setattr(plugin, "EMPTY_CACHE_AT_END", frozenset())
     monkeypatch.setattr(plugin, "EMPTY_CACHE_AT_BEGIN", frozenset())
     _, by = _life(tmp_path)
-    assert by["life: prefill_graph"].measured["ledger"] == -142.0 and not by["life: prefill_graph"].passed
+    c = by["life: prefill pool (activation memory)"]
+    assert c.measured["ledger"] == -142.0 and not c.passed
 
 
 def test_prefill_peak_fires_without_the_peak_reset_guard(tmp_path):
     """GraphPoolPrecarve.measure resets torch's peaks after the warm-up: unguarded, the window's 790 peak is
-    lost and reads 146 (its pool), and no reset is seen."""
+    lost and reads 148 (its pool 146, now activation memory, and its executables' 2), and no reset is seen."""
     _, by = _life(tmp_path, guard=False)
     c = by["life: prefill_graph peak inside its window"]
-    assert not c.passed and c.measured == {"peak": 146.0, "resets seen": 0.0}
+    assert not c.passed and c.measured == {"peak": 148.0, "resets seen": 0.0}
     assert _failing(by) == {"life: prefill_graph peak inside its window"}
 
 
@@ -469,11 +473,11 @@ def test_graph_lines_fire_when_the_pool_readings_disagree(tmp_path):
     assert _failing(by) == {
         "life: decode_graph",
         "life: decode ladder (capture order, cumulative)",
-        "comparison: terms from the ledger (graphs judged jointly)",
+        "comparison: terms from the ledger (each as sglang means it)",
     }
     edit = lambda t: {"prefill_pool_mib": t.prefill_pool_mib + 100.0}  # noqa: E731
     _, by = _life(tmp_path, truth_edit=edit, name="prefill-pool")
-    assert {"life: prefill_graph", "life: decode_graph"} <= _failing(by)
+    assert {"life: prefill pool (activation memory)", "life: decode_graph"} <= _failing(by)
 
 
 def test_headroom_fires_when_the_books_miss_the_serving_peak(tmp_path):
@@ -513,19 +517,20 @@ def test_kv_details_fire_when_the_configurators_result_is_not_read(tmp_path, mon
     assert _failing(by) == {c.name} and c.measured == {"kv_tokens": None, "kv_bytes_per_token": None, "kv_mib": None}
 
 
-def test_joint_graph_term_fires_when_compare_judges_the_families_apart(tmp_path, monkeypatch):
-    """Defect b: a comparison that judged decode alone (no joint row) misses the shared pool."""
+def test_graph_terms_fire_when_compare_judges_the_families_jointly(tmp_path, monkeypatch):
+    """Issue 26.4: the prefill term counts only the graph's non-torch memory (memory_hook.py:385); a comparison that
+    charged the whole shared pool to the graph terms (one joint row, as before) fires."""
     from profiler.analyse.compare import TermComparison, compare
 
-    def apart(m, res, **kw):
+    def joint(m, res, **kw):
         c = compare(m, res, **kw)
-        rows = [t for t in c.terms if t.term != "prefill_graph+decode_graph"]
-        rows.append(TermComparison("decode_graph", 0.0, 264.0, "under", "decode window alone"))
+        rows = [t for t in c.terms if t.term not in ("prefill_graph", "decode_graph")]
+        rows.append(TermComparison("prefill_graph+decode_graph", 0.0, 412.0, "under", "both windows"))
         return dataclasses.replace(c, terms=tuple(rows))
 
-    monkeypatch.setattr(life, "compare", apart)
+    monkeypatch.setattr(life, "compare", joint)
     _, by = _life(tmp_path)
-    assert _failing(by) == {"comparison: terms from the ledger (graphs judged jointly)"}
+    assert _failing(by) == {"comparison: terms from the ledger (each as sglang means it)"}
 
 
 def test_probe_records_fire_on_a_window_left_in_flight(tmp_path):
@@ -629,7 +634,7 @@ def test_missing_readings_fail_and_say_so(tmp_path):
     """A torch whose memory_snapshot names no pools gives no graph truth: the graph checks fail, saying why."""
     edit = lambda t: {"prefill_pool_mib": None, "decode_rungs": tuple((bs, None) for bs, _ in t.decode_rungs)}  # noqa: E731
     _, by = _life(tmp_path, truth_edit=edit)
-    c = by["life: prefill_graph"]
+    c = by["life: prefill pool (activation memory)"]
     assert not c.passed and "no expectation (its reading is missing)" in c.note
 
 
@@ -709,7 +714,7 @@ def test_render_text_tables(tmp_path):
     row = next(ln for ln in lines if ln.startswith("| headroom "))
     assert [c.strip() for c in row.strip("|").split("|")][:3] == ["headroom", "137,073.5", "read"]
     assert "residual 0.0 MiB (resolution 2): closes" in text
-    assert lines[-1] == "18/18 checks passed: all pass"
+    assert lines[-1] == "19/19 checks passed: all pass"
 
 
 def test_render_marks_what_failed(tmp_path):
@@ -729,7 +734,7 @@ def test_render_marks_what_failed(tmp_path):
         "FAIL",
     ]
     assert "cudaMalloc 256 MiB (non-torch): torch_reserved +256.0 vs expected 0" in text
-    assert text.splitlines()[-1] == "18/20 checks passed: FAILED"  # its cudaFree saw torch give 256 back too
+    assert text.splitlines()[-1] == "19/21 checks passed: FAILED"  # its cudaFree saw torch give 256 back too
 
 
 @pytest.mark.parametrize(("pass_all", "rc"), [(True, 0), (False, 1)])

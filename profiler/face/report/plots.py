@@ -26,8 +26,8 @@ MAX_BARS = 80  # term bars per plot; more are listed in the table only
 DEEPEP_RESERVE_MIB = HEURISTIC_RESERVE_BYTES / MIB
 _COLOR = {"under": "#d62728", "measured": "#1f77b4", "reserved": "#9e9e9e", "analytic": "#ff7f0e"}
 _VERDICT_COLOR = {
-    "failed": "#8c564b", "tight": "#ff7f0e", "wasteful": "#9467bd", "ok": "#2ca02c", "incomplete": "#c7c7c7",
-    "unknown": "#9e9e9e",
+    "failed": "#8c564b", "short": "#d62728", "tight": "#ff7f0e", "wasteful": "#9467bd", "ok": "#2ca02c",
+    "incomplete": "#c7c7c7", "unknown": "#9e9e9e",
 }  # fmt: skip
 
 

@@ -45,7 +45,8 @@ from profiler.results.store import Store, load_ladder, load_ledger, load_results
 
 #: Worst first: crashes, then one allocation from a crash, then paid-for KV never used, then fine, then unknown.
 SEVERITY = (
-    "oom_during_capture", "oom_startup", "oom_runtime", "failed", "tight", "wasteful", "ok", "incomplete", "unknown",
+    "oom_during_capture", "oom_startup", "oom_runtime", "failed", "short", "tight", "wasteful", "ok", "incomplete",
+    "unknown",
 )  # fmt: skip
 
 
@@ -144,10 +145,10 @@ def term_summary(df: pd.DataFrame) -> pd.DataFrame:
     if not len(rows):
         return pd.DataFrame()
     tab = pd.crosstab(rows["term"], rows["term_verdict"])
-    for v in ("under", "fits", "over", "unobservable", "off"):
+    for v in ("under", "fits", "over", "not_reached", "unobservable", "off"):
         if v not in tab.columns:
             tab[v] = 0
-    tab = tab[["under", "fits", "over", "unobservable", "off"]].reset_index()
+    tab = tab[["under", "fits", "over", "not_reached", "unobservable", "off"]].reset_index()
     return tab.astype({c: str for c in tab.columns})
 
 
@@ -237,6 +238,8 @@ _VERDICT_WORDS = (
     ("oom_startup", "out of memory while loading weights, allocating pools or warming up."),
     ("oom_runtime", "out of memory while serving."),
     ("failed", "the run failed for another reason (the reason column says which)."),
+    ("short", "the worker needs more than the room its fraction leaves (the worst point seen, less what runtime "
+              "still needs beyond it): it would run out of memory."),
     ("tight", f"less than {TIGHT_MIB:.0f} MiB free at the worst point: one allocation away from an OOM."),
     (
         "wasteful",
@@ -248,9 +251,12 @@ _VERDICT_WORDS = (
     ("unknown", "the source has no free-memory reading after the KV pool (or it is a CPU run)."),
 )
 _TERM_WORDS = (
-    ("under", "measured more than reserved (beyond the reading's resolution): this term alone can cause an OOM."),
+    ("under", "measured more than its own constant (beyond the reading's resolution): a calibration finding; the "
+              "worker fails only when its whole need exceeds its room (run verdict `short`)."),
     ("fits", "measured at most the reserve, and the reserve is not wildly larger."),
     ("over", "reserved more than max(512 MiB, half the reserve) above what was measured."),
+    ("not_reached", "the load never ran the forward this reserve is for (the admitted requests at once, a chunk): "
+                    "what was measured is shown, not judged."),
     ("unobservable", "this source cannot see the phase that spends the term (see below)."),
     ("off", "the heuristic did not apply the term to this configuration."),
 )

@@ -225,12 +225,75 @@ def _kv_after(fr: Any, result: Any, _a: tuple, _k: dict) -> None:
     mrr = getattr(result, "max_running_requests", None)
     if isinstance(mrr, int):
         fr.details["max_running_requests"] = mrr
+    _request_pools(fr, result, _a[0] if _a else None)
     if getattr(pool, "post_capture_active", False) is True:
         # memory_pool.py:2217-2220, 2088: the pool is a VA upper bound; kv_mib/kv_tokens above are that bound
         fr.details["post_capture_active"] = True
         backed = getattr(pool, "post_capture_backed_bytes", None)
         if isinstance(backed, int | float):
             fr.details["backed_mib"] = float(backed) / 2**20
+
+
+def _tensor_bytes(obj: Any) -> tuple[int, int]:
+    """(bytes, count) of the torch tensors an object holds directly (its own attributes, not nested objects)."""
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - sglang brings torch
+        return 0, 0
+    ts = [v for v in vars(obj).values() if isinstance(v, torch.Tensor)]
+    return sum(t.numel() * t.element_size() for t in ts), len(ts)
+
+
+def _request_pools(fr: Any, result: Any, configurator: Any) -> None:
+    """What configure built out of the slack after sizing the KV pool (kv_cache_configurator.py:478-482
+    `_init_pools`): the req_to_token table (ReqToTokenPool / DecodeReqToTokenPool: int32 [rows, context + extra],
+    memory_pool.py:406, disaggregation/decode.py:205) and the allocator's index tensors (allocator/token.py:44-48
+    free_pages / release_pages), read off sglang's objects. A draft worker is handed the target's pools
+    (`req_to_token_pool=self.req_to_token_pool`, :481): they are counted once, on the target."""
+    rt = getattr(result, "req_to_token_pool", None)
+    table = getattr(rt, "req_to_token", None)
+    shape = getattr(table, "shape", None)
+    mib = 0.0
+    shared = configurator is not None and getattr(configurator, "req_to_token_pool", None) is not None
+    if table is not None and shape is not None and len(shape) == 2 and not shared:
+        b = int(table.numel()) * int(table.element_size())
+        fr.details.update(req_to_token_mib=b / 2**20, req_to_token_rows=int(shape[0]), req_to_token_cols=int(shape[1]))
+        mib += b / 2**20
+    alloc = getattr(result, "token_to_kv_pool_allocator", None)
+    alloc_shared = configurator is not None and getattr(configurator, "token_to_kv_pool_allocator", None) is not None
+    if alloc is not None and not alloc_shared:
+        b, n = _tensor_bytes(alloc)
+        if n:
+            fr.details["allocator_mib"] = b / 2**20
+            mib += b / 2**20
+        page = getattr(alloc, "page_size", None)
+        if isinstance(page, int):
+            fr.details["page_size"] = page
+    ctx = getattr(getattr(configurator, "model_config", None), "context_len", None)
+    if isinstance(ctx, int):
+        fr.details["context_len"] = ctx
+    if mib:
+        fr.details["request_pools_mib"] = mib
+
+
+def _capture_after(family: str) -> After:
+    """Whether a capture call really captured (cuda_graph_setup.py:472-506 capture_prefill_graph returns the eager
+    runner or no runner when the family is disabled — an empty window, not a graph) and the backend sglang
+    resolved for the family (runtime_context `get_exec().graph.cuda_graph_config.<family>.backend`)."""
+
+    def after(fr: Any, result: Any, _a: tuple, _k: dict) -> None:
+        runner = getattr(result, "runner", None)
+        kind = type(runner).__name__ if runner is not None else None
+        fr.details["captured"] = kind is not None and kind != "EagerRunner"
+        if kind is not None:
+            fr.details["runner"] = kind
+        with contextlib.suppress(Exception):
+            from sglang.srt.runtime_context import get_exec
+
+            b = getattr(get_exec().graph.cuda_graph_config, family).backend
+            fr.details["backend"] = str(getattr(b, "value", b))
+
+    return after
 
 
 def _resize_after(fr: Any, _result: Any, args: tuple, kwargs: dict) -> None:
@@ -339,11 +402,40 @@ def _a2a_hook(rec: Any, target: Any) -> Hook:
     return hook
 
 
+def batch_shape(batch: Any, result: Any, draft_tokens: int | None) -> tuple[str, int, int, bool | None] | None:
+    """(kind, requests, tokens, graph) of one scheduler batch (managers/schedule_batch.py ScheduleBatch:
+    `forward_mode`, `batch_size()`, `extend_num_tokens`; a speculative decode verifies `draft_tokens` per request);
+    graph: whether it replayed a CUDA graph (managers/utils.py GenerationBatchResult.can_run_cuda_graph), None when
+    the result does not say. None for an idle or unknown batch."""
+    mode = getattr(batch, "forward_mode", None)
+    if mode is None:
+        return None
+    reqs = int(batch.batch_size()) if callable(getattr(batch, "batch_size", None)) else len(batch.reqs)
+    graph = getattr(result, "can_run_cuda_graph", None)
+    graph = graph if isinstance(graph, bool) else None
+    if mode.is_decode():
+        spec = getattr(batch, "spec_algorithm", None)
+        per = draft_tokens if draft_tokens and spec is not None and not spec.is_none() else 1
+        return "decode", reqs, reqs * per, graph
+    if mode.is_extend():
+        n = getattr(batch, "extend_num_tokens", None)
+        return "extend", reqs, int(n) if isinstance(n, int) else 0, graph
+    return None
+
+
 def _runtime_hook(rec: Any, phase: str) -> Hook:
+    draft: list[int | None] = []
+
     def hook(original: Hook, *args: Any, **kwargs: Any) -> Any:
         with contextlib.suppress(Exception):
             rec.runtime_before()  # the first batch is sglang's warm-up request: baseline before it
         result = original(*args, **kwargs)
+        with contextlib.suppress(Exception):
+            if not draft:
+                draft.append(_draft_tokens())
+            shape = batch_shape(kwargs.get("batch", args[1] if len(args) > 1 else None), result, draft[0])
+            if shape is not None:
+                rec.runtime_batch(*shape)
         with contextlib.suppress(Exception):
             rec.runtime_sample()
         return result
@@ -351,12 +443,24 @@ def _runtime_hook(rec: Any, phase: str) -> Hook:
     return hook
 
 
+def _draft_tokens() -> int | None:
+    """Tokens a speculative decode step verifies per request (runtime_context get_spec())."""
+    try:
+        from sglang.srt.runtime_context import get_spec
+
+        n = get_spec().speculative_num_draft_tokens
+        return int(n) if isinstance(n, int) else None
+    except Exception:
+        return None
+
+
 _HOOKS: dict[str, Callable[[Any, str], Hook]] = {
     "phase": lambda rec, phase: _phase_hook(rec, phase),
     "ranks": lambda rec, phase: _phase_hook(rec, phase, _ranks_after(rec)),
     "baseline": lambda rec, phase: _phase_hook(rec, phase, _baseline_after),
     "kv": lambda rec, phase: _phase_hook(rec, phase, _kv_after),
-    "decode": lambda rec, phase: _phase_hook(rec, phase, name=_decode_phase_name),
+    "decode": lambda rec, phase: _phase_hook(rec, phase, _capture_after("decode"), name=_decode_phase_name),
+    "prefill": lambda rec, phase: _phase_hook(rec, phase, _capture_after("prefill")),
     "draft": lambda rec, phase: _phase_hook(rec, phase, role="draft"),
     "resize": lambda rec, phase: _phase_hook(rec, phase, _resize_after),
     "budget": _budget_hook,

@@ -313,6 +313,28 @@ class Recorder:
         finally:
             self.self_s += time.perf_counter() - t
 
+    def runtime_batch(self, kind: str, requests: int, tokens: int, graph: bool | None) -> None:
+        """One scheduler batch's shape (plugin.batch_shape): the runtime window keeps, per kind (decode | extend),
+        the largest batch in requests and in tokens, and the largest that ran eager and that replayed a graph —
+        what the load reached, set beside what each reserve term is sized for (profiler.analyse.load)."""
+        with self._lock:
+            fr = self._rt_peak
+            if fr is None:
+                return
+            seen = fr.details.setdefault("batches_seen", {}).setdefault(
+                kind, {"batches": 0, "max_requests": 0, "max_tokens": 0, "max_eager_requests": None,
+                       "max_graph_requests": None})  # fmt: skip
+            seen["batches"] += 1
+            grew = requests > seen["max_requests"] or tokens > seen["max_tokens"]
+            seen["max_requests"] = max(seen["max_requests"], requests)
+            seen["max_tokens"] = max(seen["max_tokens"], tokens)
+            if graph is not None:
+                key = "max_graph_requests" if graph else "max_eager_requests"
+                if seen[key] is None or requests > seen[key]:
+                    seen[key], grew = requests, True
+            if grew:
+                self._rt_dirty = True
+
     def _sample(self, now: float, force: bool) -> None:
         with self._lock:
             s = self.probe.snapshot(nvml=False)  # never NVML on the scheduler thread per sample

@@ -13,7 +13,9 @@ import inspect
 from dataclasses import dataclass
 from typing import Literal
 
-Kind = Literal["phase", "ladder", "budget", "baseline", "a2a", "runtime", "ranks", "kv", "decode", "draft", "resize"]
+Kind = Literal[
+    "phase", "ladder", "budget", "baseline", "a2a", "runtime", "ranks", "kv", "decode", "prefill", "draft", "resize"
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +65,7 @@ TARGETS: tuple[Target, ...] = (
     Target("kv_pool", f"{_KVC}._profile_available_bytes", "budget"),
     Target("attention_backends", "sglang.srt.model_executor.model_runner.ModelRunner.init_attention_backends"),
     Target("eager_runner", "sglang.srt.model_executor.runner.eager_runner.EagerRunner.__init__"),
-    Target("prefill_graph", f"{_SETUP}.capture_prefill_graph"),
+    Target("prefill_graph", f"{_SETUP}.capture_prefill_graph", "prefill"),
     Target("decode_graph", f"{_SETUP}.capture_decode_graph", "decode"),  # verify_graph when speculative
     Target(
         "decode_graph",

@@ -26,6 +26,38 @@ class Witnesses:
     log_tail: str = ""
     load_error: str | None = None  # every request of a burst failed while the worker stayed up
     timeout_detail: str | None = None  # which limit ran out, how it was counted, what the worker last showed
+    role: str | None = None  # the worker's PD role (null | prefill | decode): which windows it must open
+    served: bool = False  # some request of the load was answered: the serving window must have opened
+
+
+def needed_windows(role: str | None, served: bool) -> tuple[tuple[str, ...], ...]:
+    """The windows a worker of `role` opens in sglang 0.5.23, each as its alternatives: the baseline, weights and KV
+    pool (model_runner.py / kv_cache_configurator.py); the capture of the graph family the role keeps
+    (cuda_graph_setup.py capture_decode_graph — the verify graph when speculative — and capture_prefill_graph are
+    called whether the family is enabled or not, and return early when it is not); init_disaggregation on a PD role
+    (scheduler.py:689); run_batch once a request was answered. A hook that was applied but whose window never opened
+    measured nothing: the run must not pass as if it had."""
+    need: list[tuple[str, ...]] = [("baseline",), ("weights",), ("kv_pool",)]
+    if role in ("decode", "null"):
+        need.append(("decode_graph", "verify_graph"))
+    if role in ("prefill", "null"):
+        need.append(("prefill_graph",))
+    if role in ("prefill", "decode"):
+        need.append(("disaggregation_init",))
+    if served:
+        need.append(("runtime",))
+    return tuple(need)
+
+
+def missing_windows(probe: ProbeRun, role: str | None, served: bool) -> list[str]:
+    """'rank: window' for every needed window a rank of the probe never opened (empty when there is no rank: the
+    probe's own absence is reported elsewhere)."""
+    out = []
+    for r in probe.ranks:
+        opened = {p.name for p in r.phases if p.role == "target"}
+        out += [f"{r.label or 'rank'}: {' or '.join(alts)}" for alts in needed_windows(role, served)
+                if not opened.intersection(alts)]  # fmt: skip
+    return out
 
 
 def _in_flight(probe: ProbeRun) -> str | None:
@@ -59,6 +91,11 @@ def classify(w: Witnesses, probe: ProbeRun, from_log: Measurement | None) -> Fai
     if w.ready and not w.died and not w.timed_out:
         if w.load_error:
             return Failure("load_failed", phase="runtime", message=w.load_error[:2000])
+        missing = missing_windows(probe, w.role, w.served)
+        if missing:
+            why = f"the {w.role or 'worker'} role's needed windows never opened ({'; '.join(missing)}): nothing " \
+                  "measured them"
+            return Failure("probe_error", message=why[:2000])
         return None
     log_f = from_log.failure if from_log is not None else None
     phase_err, err = _phase_error(probe)

@@ -21,13 +21,13 @@ from profiler.core.measurement import Failure, Identity, Measurement, Phase, Ran
 from profiler.measure.machine import GpuUse, cuda_machine, gpu_use
 from profiler.measure.probe.reader import ProbeRun, read_probe_dir
 from profiler.measure.runner.classify import Witnesses, classify
-from profiler.measure.runner.load import LoadResult, plan_load, run_load
+from profiler.measure.runner.load import LoadResult, plan_load, run_load, serving_of
 from profiler.measure.runner.worker import Worker, WorkerSpec, build_spec
 from profiler.model.scenario import Scenario, scenario_dict
 
 Progress = Callable[[str], None]
-# On a CPU machine the load stays small: it proves the pipeline, not the memory of a GPU worker.
-CPU_LOAD_REQUESTS = 8
+# On a CPU machine the outputs stay short (the requests are still every one the worker admits: the pipeline, and
+# the driver reaching the worker's own worst case, are what a CPU run proves — not the memory of a GPU worker).
 CPU_OUTPUT_LEN = 16
 RELEASE_WAIT_S = 60.0  # how long stop may take to give the GPU memory back (driver teardown)
 RELEASE_POLL_S = 2.0
@@ -132,10 +132,14 @@ def check_memory_returned(
         time.sleep(poll_s)
 
 
-def _ready_phase(info: dict[str, Any]) -> Phase:
+def ready_phase(info: dict[str, Any]) -> Phase:
+    """The worker's /server_info as the rank's `ready` phase: the resolved sizes and what the scheduler admits."""
     det = {k: info.get(k) for k in _READY_KEYS if isinstance(info.get(k), int | float)}
     states = info.get("internal_states") or []
     if states and isinstance(states[0], dict):
+        eff = states[0].get("effective_max_running_requests_per_dp")
+        if isinstance(eff, int):
+            det["effective_max_running_requests_per_dp"] = eff  # what the scheduler admits (internal_state.py:73)
         mu = states[0].get("memory_usage")
         if isinstance(mu, dict):
             det["server_info_memory_usage_gib"] = mu  # sglang's own per-phase GiB (weight, kvcache, graph)
@@ -164,7 +168,7 @@ def assemble(
         target = ranks[0] if ranks else Rank(label="")
         if not ranks:
             ranks.append(target)
-        target.phases.append(_ready_phase(info))
+        target.phases.append(ready_phase(info))
     m = Measurement(
         id=f"{s.name}@{time.strftime('%Y%m%dT%H%M%S')}",
         source="probe",
@@ -267,10 +271,12 @@ def finish_worker(
     load_timeout = next((e for r in loads if r.timed_out for e in r.errors if e.startswith("timed out")), None)
     w = Witnesses(
         ready, timed_out, died, during_load, worker.returncode if died or not ready else None, tail, load_error,
-        worker.timeout_detail or load_timeout,
+        worker.timeout_detail or load_timeout, role=s.mode, served=any(r.ok for r in loads),
     )  # fmt: skip
     failure = classify(w, probe, from_log)
     m = assemble(s, spec, probe, info, failure, from_log)
+    if loads:
+        m.serving.update(serving_of([r.as_dict() for r in loads]))
     m.save(out_dir / "measurement.json")
     res = RunResult(
         s.name, "ok" if failure is None else "failed", spec.device, out_dir, m, startup_s, loads, stop, gpu_check
@@ -291,11 +297,11 @@ def _ticker(say: Progress, name: str) -> Callable[[float], None]:
 
 
 def _drive(worker: Worker, s: Scenario, info: dict[str, Any], device: str, say: Progress) -> list[LoadResult]:
-    cap = s.run.load_requests or (CPU_LOAD_REQUESTS if device == "cpu" else None)
     out_len = min(s.run.output_len, CPU_OUTPUT_LEN) if device == "cpu" else s.run.output_len
-    plans = plan_load(s.mode, info, max_requests=cap, output_len=out_len)
+    plans = plan_load(s.mode, info, max_requests=s.run.load_requests, output_len=out_len)
     for p in plans:
-        say(f"{s.name}: load {p.kind}: {p.requests} requests × {p.input_len} tokens in, {p.output_len} out")
+        say(f"{s.name}: load {p.kind}: {p.requests} requests × {p.input_len} tokens in, {p.output_len} out, "
+            f"{p.concurrency} at once ({p.why})")
     res = run_load(
         worker.net, worker.spec.port, s.mode, plans, timeout_s=s.run.load_timeout_s,
         bootstrap_port=worker.spec.bootstrap_port, vocab=s.shape.vocab_size or 32000,
