@@ -112,6 +112,24 @@ def test_load_driver_completed(run):
             assert b["output_tokens"] == b["ok"] * b["plan"]["output_len"]  # ignore_eos: long outputs
 
 
+def test_decode_load_is_every_request_the_worker_admits(run):
+    """Issue 26.1: the decode burst is what the worker itself says it admits (internal_states'
+    effective_max_running_requests_per_dp, resolved by KVCacheConfigurator.resolve_max_num_reqs: here the scenario's
+    max_running_requests 64 ≤ tokens // 2), not /server_info's unresolved max_running_requests; the probe's runtime
+    window saw the largest batch the pool holds at once."""
+    if SCENARIOS_MODE(run) == "prefill":
+        pytest.skip("a prefill node runs no decode batch")
+    info = json.loads((run.out_dir / "server_info.json").read_text())
+    admits = sum(s["effective_max_running_requests_per_dp"] for s in info["internal_states"])
+    (b,) = [b for b in json.loads((run.out_dir / "load.json").read_text()) if b["plan"]["kind"] == "decode"]
+    assert admits == 64 and b["plan"]["admitted"] == admits
+    assert b["plan"]["requests"] == b["plan"]["concurrency"] == b["sent"] == b["ok"] == admits
+    from profiler.core.measurement import Measurement
+
+    seen = Measurement.load(run.out_dir / "measurement.json").primary.phase("runtime").details["batches_seen"]
+    assert seen["decode"]["max_requests"] >= min(b["plan"]["reachable_requests"], admits) * 0.9
+
+
 def SCENARIOS_MODE(run) -> str:
     return json.loads((run.out_dir / "scenario.json").read_text())["mode"]
 
