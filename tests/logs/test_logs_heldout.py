@@ -7,6 +7,7 @@ The held-out score may only go up: it is held against the latest score recorded 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -68,7 +69,7 @@ def _source(index_row: str) -> str:
 
 
 def _folder(tmp_path: Path, runs: list[dict]) -> Path:
-    (tmp_path / "expected").mkdir()
+    (tmp_path / "expected").mkdir(parents=True)
     shutil.copy(LOG_FIXTURES / "sglang-2931.log", tmp_path)
     (tmp_path / "expected" / "x.json").write_text(json.dumps({"file": "sglang-2931.log", "runs": runs}))
     return tmp_path
@@ -103,3 +104,23 @@ def test_unknown_class_in_index_is_refused(tmp_path: Path) -> None:
     (folder / "INDEX.tsv").write_text("file\turl\tclasses\nsglang-2931.log\tx\tamd,gpu-from-mars\n")
     with pytest.raises(ValueError, match="gpu-from-mars"):
         score_folder(folder)
+
+
+def _score_logs_script():
+    spec = importlib.util.spec_from_file_location("score_logs", ROOT / "scripts" / "score_logs.py")
+    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    return mod
+
+
+def test_score_logs_writes_json_and_refuses_a_folder_without_expectations(tmp_path: Path, capsys) -> None:
+    main = _score_logs_script().main
+    folder = _folder(tmp_path / "set", [{"architecture": "Phi3ForCausalLM"}])
+    assert main([str(folder), "--json", str(tmp_path / "out.json")]) == 0
+    out = json.loads((tmp_path / "out.json").read_text())
+    assert (out["values_found"], out["values_expected"], out["logs_fully_right"]) == (2, 2, 1)
+    assert out["recorded"] and "per_class" in out
+    capsys.readouterr()
+    assert main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and str(tmp_path) in err and "expected/" in err
