@@ -55,6 +55,21 @@ def test_the_pair_ran_and_every_request_went_through_the_router(pair):
         assert side.stop["left_behind"] == []
 
 
+def test_the_pair_drives_what_each_side_reserves_for(pair):
+    """Issue 26.1, the pair likewise: through the router, prefill bursts at the prefill worker's chunk and the decode
+    burst of every request the decode worker says it admits (its internal_states: the scenario's 32), each side's
+    bursts in its own load.json and Measurement.serving."""
+    dinfo = json.loads((pair.decode.out_dir / "server_info.json").read_text())
+    admits = sum(s["effective_max_running_requests_per_dp"] for s in dinfo["internal_states"])
+    dec = json.loads((pair.decode.out_dir / "load.json").read_text())
+    pre = json.loads((pair.prefill.out_dir / "load.json").read_text())
+    assert admits == 32 and [b["plan"]["kind"] for b in dec] == ["decode"]
+    assert dec[0]["plan"]["requests"] == dec[0]["plan"]["concurrency"] == dec[0]["ok"] == admits
+    assert [b["plan"]["kind"] for b in pre] == ["prefill", "prefill"] and pre[0]["plan"]["target_tokens"] == 1024
+    assert all(b["ok"] == b["plan"]["requests"] for b in pre)
+    assert pair.decode.measurement.serving["load_plans"][0]["admitted"] == admits
+
+
 def test_kv_hashes_equal_at_send_and_receive_for_every_request(pair):
     t = json.loads((pair.out_dir / "transfer.json").read_text())
     assert t["proven"] == t["of"] == 6 and t["kinds_proven"] == ["chunked", "prefix", "single"]

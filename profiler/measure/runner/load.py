@@ -168,11 +168,12 @@ def calls_of(plan: LoadPlan, per_call: int = BATCH_PER_CALL) -> list[int]:
 
 
 async def _burst(
-    c: httpx.AsyncClient, mode: str, plan: LoadPlan, patience: Patience, bootstrap_port: int, vocab: int, seed: int
+    c: httpx.AsyncClient, mode: str, plan: LoadPlan, patience: Patience, bootstrap_port: int, vocab: int, seed: int,
+    per_call: int = BATCH_PER_CALL,
 ) -> LoadResult:
     res = LoadResult(plan)
     rng = random.Random(seed)
-    sizes = calls_of(plan)
+    sizes = calls_of(plan, per_call)
     sem = asyncio.Semaphore(max(1, -(-plan.concurrency // max(sizes, default=1))))
     t0 = time.monotonic()
 
@@ -245,18 +246,19 @@ def serving_of(load: list[dict[str, Any]]) -> dict[str, Any]:
 
 def run_load(
     net: NetThread, port: int, mode: str, plans: list[LoadPlan], *, timeout_s: float, bootstrap_port: int = 8998,
-    vocab: int = 32000, seed: int = 0,
+    vocab: int = 32000, seed: int = 0, per_call: int = BATCH_PER_CALL,
 ) -> list[LoadResult]:  # fmt: skip
     """Run the bursts in order within `timeout_s` overall (machine-normalised; inside the worker's namespace
-    when needed: the client is created on that thread)."""
+    when needed: the client is created on that thread). `per_call` 1 sends one prompt per /generate call (a PD
+    router routes each call as one request)."""
     patience = Patience(timeout_s, "load")
-    width = max((len(calls_of(p)) for p in plans), default=1)
+    width = max((len(calls_of(p, per_call)) for p in plans), default=1)
 
     async def all_bursts() -> list[LoadResult]:
         out = []
         async with async_client(port, width) as c:
             for k, p in enumerate(plans):
-                out.append(await _burst(c, mode, p, patience, bootstrap_port, vocab, seed * 10 + k + 1))
+                out.append(await _burst(c, mode, p, patience, bootstrap_port, vocab, seed * 10 + k + 1, per_call))
         return out
 
     return net.call(lambda: asyncio.run(all_bursts()))

@@ -39,9 +39,10 @@ from typing import Any
 import httpx
 
 from profiler.core.errors import MemfracError
+from profiler.measure.runner.load import LoadPlan, LoadResult, plan_load, run_load
 from profiler.measure.runner.net import async_client, base_url, free_ports
 from profiler.measure.runner.patience import Patience
-from profiler.measure.runner.run import RunResult, check_cpu_feasible, finish_worker, write_json
+from profiler.measure.runner.run import CPU_OUTPUT_LEN, RunResult, check_cpu_feasible, finish_worker, write_json
 from profiler.measure.runner.worker import Worker, WorkerSpec, build_spec
 from profiler.model.scenario import Scenario, scenario_dict
 
@@ -197,6 +198,15 @@ def drive_router(router: Worker, prompts: list[tuple[PairRequest, list[int]]], t
     return router.net.call(lambda: asyncio.run(go()))
 
 
+def pair_plans(prefill_info: dict[str, Any], decode_info: dict[str, Any], output_len: int
+               ) -> tuple[list[LoadPlan], list[LoadPlan]]:  # fmt: skip
+    """The bursts that reach each side's worst case, as `memfrac run` drives a single role (runner/load.py): the
+    prefill worker's chunk and max_prefill_tokens from ITS /server_info, the decode burst of every request the decode
+    worker says it admits (its internal_states) from its own. Through the router, one prompt per call."""
+    return (plan_load("prefill", prefill_info, output_len=output_len),
+            plan_load("decode", decode_info, output_len=output_len))  # fmt: skip
+
+
 def read_kv(probe_dir: Path) -> list[dict[str, Any]]:
     out = []
     for f in sorted(probe_dir.glob("kv-*.jsonl")):
@@ -301,6 +311,7 @@ def run_pair(
     res = PairResult(name, "failed", out_dir, None, None)
     states: dict[str, dict[str, Any]] = {}
     loads: list[PairRequest] = []
+    bursts: dict[str, list[LoadResult]] = {}
     t_start = time.monotonic()
     try:
         for w in workers:
@@ -340,6 +351,22 @@ def run_pair(
                 bad = [r for r in loads if r.status != 200]
                 if bad:
                     res.failure = f"{len(bad)}/{len(loads)} requests failed through the router: {bad[0].error}"
+                else:
+                    out_len = min(decode.run.output_len, CPU_OUTPUT_LEN) if device == "cpu" else decode.run.output_len
+                    pplans, dplans = pair_plans(info, states["decode"].get("info") or {}, out_len)
+                    say(f"{name}: load through the router: " + "; ".join(
+                        f"{p.kind} {p.requests} × {p.input_len} tokens" for p in pplans + dplans))
+                    done = run_load(router.net, router.spec.port, "null", pplans + dplans, per_call=1,
+                                    timeout_s=decode.run.load_timeout_s, vocab=prefill.shape.vocab_size or 32000)
+                    bursts = {"prefill": done[: len(pplans)], "decode": done[len(pplans):]}
+                    for w in workers:
+                        write_json(w.spec.out_dir / "load.json",
+                                   [r.as_dict() for r in bursts[w.spec.scenario.mode]])  # fmt: skip
+                    short = [r for r in done if r.ok < r.plan.requests]
+                    if short:
+                        r = short[0]
+                        res.failure = (f"{r.plan.kind} burst through the router: {r.ok}/{r.plan.requests} requests "
+                                       f"completed: {r.errors[0] if r.errors else 'timed out'}")  # fmt: skip
     finally:
         alive = {w.spec.scenario.mode: w.alive() for w in workers}  # before we stop them: who died by itself
         res.router["stop"] = router.stop(10.0) if router.proc else {}
@@ -353,7 +380,8 @@ def run_pair(
         timed_out = not died and not st.get("ready", False) and w.timeout_detail is not None
         rr = finish_worker(w, st.get("ready", False), st.get("info"), died=died, timed_out=timed_out,
                            during_load=died and bool(st.get("ready")), stop=stops[mode],
-                           startup_s=st.get("startup_s"), gpu_before=before[mode])  # fmt: skip
+                           startup_s=st.get("startup_s"), gpu_before=before[mode],
+                           loads=bursts.get(mode))  # fmt: skip
         if mode == "prefill":
             res.prefill = rr
         else:
@@ -370,7 +398,7 @@ def run_pair(
     return res
 
 
-__all__ = ["PairResult", "pair_prompts", "router_argv", "run_pair", "transfer_evidence"]
+__all__ = ["PairResult", "pair_plans", "pair_prompts", "router_argv", "run_pair", "transfer_evidence"]
 
 
 def pair_of(path: str, name: str | None) -> tuple[Scenario, Scenario] | None:
