@@ -268,6 +268,7 @@ def run_pair(
     if device == "cpu":
         check_cpu_feasible(prefill)
         check_cpu_feasible(decode)
+    out_dir = Path(os.path.abspath(out_dir))  # the workers start in their directories: every path absolute
     out_dir.mkdir(parents=True, exist_ok=True)
     write_json(out_dir / "scenario.json", {"prefill": scenario_dict(prefill), "decode": scenario_dict(decode)})
     ns = Namespace()
