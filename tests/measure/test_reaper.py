@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from profiler.measure.probe.activate import absolute_list
-from profiler.measure.runner.reaper import RECORD, group_members, record, stop_children, stop_group, stop_recorded
+from profiler.measure.runner.reaper import RECORD, group_members, record, stop_group, stop_recorded
 from tests.conftest import FAKE_WORKER, ROOT
 
 STUBBORN = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(1, flush=True); time.sleep(600)"
@@ -59,7 +59,8 @@ def test_the_watchdog_stops_the_group_when_memfrac_is_killed():
     parent_code = (
         "import subprocess, sys, time\n"
         "from profiler.measure.runner.reaper import Watchdog\n"
-        f"p = subprocess.Popen([sys.executable, '-c', {STUBBORN!r}], start_new_session=True, stdout=subprocess.DEVNULL)\n"
+        f"p = subprocess.Popen([sys.executable, '-c', {STUBBORN!r}], start_new_session=True,\n"
+        "                      stdout=subprocess.DEVNULL)\n"
         "w = Watchdog(p.pid, 1.0)\n"
         "print(p.pid, w.proc.pid, flush=True)\n"
         "time.sleep(600)\n"
@@ -119,7 +120,8 @@ def test_stop_children_stops_every_group_this_process_started():
     code = (
         "import json, subprocess, sys\n"
         "from profiler.measure.runner.reaper import stop_children\n"
-        f"ps = [subprocess.Popen([sys.executable, '-c', {STUBBORN!r}], start_new_session=True, stdout=subprocess.DEVNULL) for _ in range(2)]\n"
+        f"ps = [subprocess.Popen([sys.executable, '-c', {STUBBORN!r}], start_new_session=True,\n"
+        "                       stdout=subprocess.DEVNULL) for _ in range(2)]\n"
         "import time; time.sleep(0.5)\n"
         "print(json.dumps({'pids': [p.pid for p in ps], **stop_children(1.0)}))\n"
     )
