@@ -214,3 +214,23 @@ def test_memfrac_run_interrupted_stops_its_worker(tmp_path, sig):
     assert p.returncode == (130 if sig == signal.SIGINT else 143), err[-2000:]
     assert ("interrupted" if sig == signal.SIGINT else "terminated") in err and "Traceback" not in err
     assert not group_members(pgid)
+
+
+def test_a_pairs_network_namespace_goes_with_memfrac():
+    """A CPU pair's namespace is held by a `sleep 86400`: memfrac's SIGKILL must not leave it for a day."""
+    from profiler.measure.runner.pair import Namespace
+
+    if why := Namespace.possible():
+        pytest.skip(why)
+    code = (
+        "import time\n"
+        "from profiler.measure.runner.pair import Namespace\n"
+        "print(Namespace().start(), flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, env=_env(), text=True)
+    sleep_pid = int(parent.stdout.readline())
+    pgid = os.getpgid(sleep_pid)
+    parent.kill()
+    parent.wait()
+    assert _gone_within(pgid, 15)
