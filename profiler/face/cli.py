@@ -439,19 +439,44 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+class _Terminated(BaseException):
+    """SIGTERM, raised in the main thread like Ctrl-C's KeyboardInterrupt: the same way out, nothing left behind."""
+
+
+def _raise_terminated(*_: object) -> None:
+    raise _Terminated
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    import signal
+    import threading
+
     ap = build_parser()
     a = ap.parse_args(argv)
+    main_thread = threading.current_thread() is threading.main_thread()
+    old = signal.signal(signal.SIGTERM, _raise_terminated) if main_thread else None
     try:
         return int(a.func(a) or 0)
     except MemfracError as e:
         print(f"memfrac: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("memfrac: interrupted", file=sys.stderr)
-        return 130
+    except (KeyboardInterrupt, _Terminated) as e:
+        from profiler.measure.runner.reaper import stop_children
+
+        what = "terminated" if isinstance(e, _Terminated) else "interrupted"
+        print(f"memfrac: {what}; stopping the workers it started", file=sys.stderr, flush=True)
+        try:
+            left = stop_children()["left_behind"]
+        except (KeyboardInterrupt, _Terminated):  # asked again: the watchdogs finish the job (reaper.py)
+            left = []
+        if left:
+            print(f"memfrac: processes still alive: {left}", file=sys.stderr)
+        return 143 if isinstance(e, _Terminated) else 130
     except BrokenPipeError:
         return 0
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGTERM, old)
 
 
 if __name__ == "__main__":

@@ -70,7 +70,7 @@ Done = Callable[[JobResult], None]
 Started = Callable[[Job], None]
 
 
-def _run_one(job: Job, gpus: list[int] | None) -> JobResult:
+def _run_one(job: Job, gpus: list[int] | None, progress: Callable[[str], None] | None = None) -> JobResult:
     t0 = time.monotonic()
     try:
         g = job.group
@@ -81,10 +81,10 @@ def _run_one(job: Job, gpus: list[int] | None) -> JobResult:
             split = (gpus[:n], gpus[n:]) if gpus else (None, None)
             pr = run_pair(g.launch, g.peer, job.out_dir, name=g.key, device=job.device, gpus=split,
                           transfer_backend=g.launch.transfer_backend or "mooncake_tcp",
-                          mini_lb=g.launch.router == "mini_lb", python=job.python)  # fmt: skip
+                          mini_lb=g.launch.router == "mini_lb", python=job.python, progress=progress)  # fmt: skip
             res = pr.prefill if pr.prefill is not None else None
             return JobResult(job, res, pr.failure if res is None else None, gpus or [], time.monotonic() - t0, pair=pr)
-        res = run_scenario(g.launch, job.out_dir, gpus=gpus, device=job.device, python=job.python)
+        res = run_scenario(g.launch, job.out_dir, gpus=gpus, device=job.device, python=job.python, progress=progress)
         return JobResult(job, res, None, gpus or [], time.monotonic() - t0)
     except MemfracError as e:
         return JobResult(job, None, str(e), gpus or [], time.monotonic() - t0)
@@ -102,6 +102,7 @@ class LocalExecutor:
     A run waits at most `gpu_wait_s` for GPUs that only foreign memory or a failing nvidia-smi keep from it
     (waiting for this sweep's own runs does not count), never past the deadline, then comes back not started.
     On a CPU machine `slots` parallel workers share the host (each tiny worker takes ~4.5 GB of RAM).
+    `progress` gets each worker's own lines as `memfrac run` prints them (starting…, ready, load, stopped).
     """
 
     def __init__(
@@ -113,6 +114,7 @@ class LocalExecutor:
         gpu_wait_s: float = 600.0,
         poll_s: float = 5.0,
         say: Callable[[str], None] | None = None,
+        progress: Callable[[str], None] | None = None,
     ) -> None:
         self.gpus = list(gpus) if device == "cuda" else list(range(max(1, slots)))
         self.device = device
@@ -120,6 +122,7 @@ class LocalExecutor:
         self.gpu_wait_s = gpu_wait_s
         self.poll_s = poll_s
         self.say = say or (lambda _m: None)
+        self.progress = progress
 
     def idle(self, ids: list[int]) -> tuple[list[int], str | None]:
         """Which of `ids` are free to hand out now, and why the others are not (None when all are)."""
@@ -200,7 +203,7 @@ class LocalExecutor:
                     if started is not None:
                         started(j)
                     threading.Thread(
-                        target=lambda j=j, gpus=gpus: results.put(_run_one(j, gpus)),
+                        target=lambda j=j, gpus=gpus: results.put(_run_one(j, gpus, self.progress)),
                         name=f"memfrac-{j.group.key}",
                         daemon=True,
                     ).start()

@@ -17,6 +17,7 @@ from profiler.analyse.compare import Comparison, compare, derive_variant, reserv
 from profiler.core import ui
 from profiler.core.errors import MemfracError
 from profiler.measure.machine import default_gpus, node_gpu_mib
+from profiler.measure.runner.reaper import stop_recorded
 from profiler.model.a2a_inputs import deepep_sizes_mib, inputs_for
 from profiler.model.gpus import gpu_from_mib
 from profiler.model.scenario import Scenario, load_scenarios
@@ -130,6 +131,51 @@ def record(store: Store, plan: Plan, r: JobResult, summary: SweepSummary) -> Non
         summary.rows.append((mm.scenario or mm.id, r.result.status, cc.verdict, detail[:110]))  # type: ignore[union-attr]
     if r.result.status != "ok":
         summary.failed += len(items)
+
+
+def check_resume(store: Store, path: str) -> None:
+    """--resume continues the sweep of one scenario file: a directory made from another one is refused."""
+    sweep = store.manifest().get("sweep")
+    prev = sweep.get("scenarios") if isinstance(sweep, dict) else None
+    if not isinstance(prev, str) or _same_file(prev, path):
+        return
+    raise MemfracError(
+        f"--resume {store.root}: that directory was made from {prev}, not {path}; resume it with {prev}, or give "
+        "another --out"
+    )
+
+
+def _same_file(a: str, b: str) -> bool:
+    """The same path, or files of the same bytes (a directory written with a path relative to another place)."""
+    pa, pb = Path(a).resolve(), Path(b).resolve()
+    if pa == pb:
+        return True
+    try:
+        return pa.read_bytes() == pb.read_bytes()
+    except OSError:
+        return False
+
+
+def finished_keys(store: Store) -> set[str]:
+    """The run keys a sweep into `store` already measured (recorded as ok, failed or error): --resume skips them."""
+    return {k for k, v in store.finished().items() if v.get("status") not in (NOT_STARTED, SKIPPED)}
+
+
+def set_aside(run_dir: Path, finished: bool, say: Say) -> Path | None:
+    """Before a run starts into `run_dir`: stop any worker an earlier memfrac left running there (worker.json), and
+    move what is there to `<run_dir>.interrupted-<n>` (`.replaced-<n>` when that run had finished), so the new run's
+    probe/ and log hold only its own worker's files. None when the directory is absent or empty."""
+    if not run_dir.is_dir() or not any(run_dir.iterdir()):
+        return None
+    stopped = stop_recorded(run_dir)
+    label = "replaced" if finished else "interrupted"
+    n = 1
+    while (dest := run_dir.with_name(f"{run_dir.name}.{label}-{n}")).exists():
+        n += 1
+    run_dir.rename(dest)
+    alive = f"; stopped its worker still running (process group {', '.join(map(str, stopped))})" if stopped else ""
+    say(f"{run_dir.name}: an earlier {'run' if finished else 'unfinished run'}'s files moved to {dest.name}{alive}")
+    return dest
 
 
 SKIPPED = "skipped"  # a manifest status: the sweep chose not to start the run (the reason is recorded)
@@ -274,7 +320,9 @@ def run_sweep(
     out_dir = Path(out or f"results/sweeps/{Path(path).stem}")
     device = device or "cuda"  # the face decides between this and its CPU fallback (profiler.face.fallback)
     store = Store(out_dir)
-    store.init({"scenarios": path, "executor": executor, "device": device})
+    if resume:
+        check_resume(store, path)
+    store.init({"scenarios": str(Path(path).resolve()), "executor": executor, "device": device})
     skipped: list[tuple[RunGroup, str]] = [(g, why) for g in plan.runs if (why := plan.skipped.get(g.key))]
     runs = [g for g in plan.runs if g.key not in plan.skipped]
     if device == "cuda":
@@ -294,18 +342,20 @@ def run_sweep(
                 else:
                     keep.append(g)
             runs = keep
+    measured = finished_keys(store)
     if resume:
-        done_keys = {k for k, v in store.finished().items() if v.get("status") not in (NOT_STARTED, SKIPPED)}
+        done_keys = measured
         before = len(runs)
         runs = [g for g in runs if g.key not in done_keys]
         say(f"resume: {before - len(runs)} run(s) already recorded in {out_dir}, {len(runs)} to go")
     summary = SweepSummary()
-    measured = {k for k, v in store.finished().items() if v.get("status") not in (NOT_STARTED, SKIPPED)}
     for g, why in skipped:  # recorded, with the reason: the report lists what the sweep did not start
         say(f"{g.key}: skipped — {why}")
         if g.key in measured:  # an earlier sweep into this directory measured it: keep that record
             continue
         record_skipped(store, g, why, summary)
+    for g in runs:
+        set_aside(store.raw_dir(g.key), g.key in measured, say)
     jobs = [Job(g, store.raw_dir(g.key), device, python) for g in runs]
     deadline = None if budget is None else time.monotonic() + (parse_budget(budget) or 0)
     say(
@@ -325,7 +375,9 @@ def run_sweep(
             ex = RayExecutor(ray_address, device=device, num_gpus=len(gpu_ids) if not ray_address else None)
             ex.run(jobs, done, deadline, started=prog.started)
         else:
-            LocalExecutor(gpu_ids, device, slots=parallel, say=bar.log).run(jobs, done, deadline, started=prog.started)
+            progress = bar.log if device == "cpu" else None  # a CPU worker is slow to start: show its steps
+            ex_local = LocalExecutor(gpu_ids, device, slots=parallel, say=bar.log, progress=progress)
+            ex_local.run(jobs, done, deadline, started=prog.started)
     echo(summary.render())
     echo(f"results: {out_dir} (memfrac report {out_dir}; memfrac gate {out_dir})")
     return 1 if summary.failed else 0

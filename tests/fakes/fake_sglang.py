@@ -58,6 +58,8 @@ elif behaviour == "crash-startup":
 elif behaviour == "ok":
     # a well-behaved worker: probe records for a few phases, /health, /server_info, /generate
     time.sleep(float(os.environ.get("FAKE_STARTUP_S", "0")))
+    if os.environ.get("FAKE_NO_START") != "1":  # a worker whose probe did not load writes nothing at all
+        probe({"type": "start", "kind": "gpu", "targets": []})
     # every window a worker of any role opens (profiler/measure/runner/classify.py needed_windows)
     for seq, (phase, before, after) in enumerate(
         [("baseline", 80000.0, 80000.0), ("weights", 80000.0, 64000.0), ("kv_pool", 64000.0, 10000.0),

@@ -30,6 +30,10 @@ class Witnesses:
     served: bool = False  # some request of the load was answered: the serving window must have opened
 
 
+NO_START = ("the probe wrote no start record (no probe-*.jsonl in the run's probe/ begins with one): the worker ran "
+            "without memfrac's probe — its plugin was not found or not loaded — and nothing was measured")
+
+
 def needed_windows(role: str | None, served: bool) -> tuple[tuple[str, ...], ...]:
     """The windows a worker of `role` opens in sglang 0.5.23, each as its alternatives: the baseline, weights and KV
     pool (model_runner.py / kv_cache_configurator.py); the capture of the graph family the role keeps
@@ -91,6 +95,8 @@ def classify(w: Witnesses, probe: ProbeRun, from_log: Measurement | None) -> Fai
     if w.ready and not w.died and not w.timed_out:
         if w.load_error:
             return Failure("load_failed", phase="runtime", message=w.load_error[:2000])
+        if not probe.starts:
+            return Failure("probe_error", message=NO_START)
         missing = missing_windows(probe, w.role, w.served)
         if missing:
             why = f"the {w.role or 'worker'} role's needed windows never opened ({'; '.join(missing)}): nothing " \

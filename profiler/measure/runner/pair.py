@@ -42,6 +42,7 @@ from profiler.core.errors import MemfracError
 from profiler.measure.runner.load import LoadPlan, LoadResult, plan_load, run_load
 from profiler.measure.runner.net import async_client, base_url, free_ports
 from profiler.measure.runner.patience import Patience
+from profiler.measure.runner.reaper import Watchdog
 from profiler.measure.runner.run import CPU_OUTPUT_LEN, RunResult, check_cpu_feasible, finish_worker, write_json
 from profiler.measure.runner.worker import Worker, WorkerSpec, build_spec
 from profiler.model.scenario import Scenario, scenario_dict
@@ -91,6 +92,7 @@ class Namespace:
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen[bytes] | None = None
+        self.watchdog: Watchdog | None = None  # the namespace's `sleep` goes when memfrac dies (reaper.py)
 
     @staticmethod
     def possible() -> str | None:
@@ -104,6 +106,7 @@ class Namespace:
             ["unshare", "-n", "--", "sh", "-c", "ip link set lo up && exec sleep 86400"],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
         )  # fmt: skip
+        self.watchdog = Watchdog(self.proc.pid, 0.0)
         wait = Patience(timeout_s, "the network namespace")
         comm = Path(f"/proc/{self.proc.pid}/comm")
         while not wait.spent():  # `sleep` runs once lo is up (the shell execs it after `ip link set lo up`)
@@ -121,6 +124,8 @@ class Namespace:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
+        if self.watchdog is not None:
+            self.watchdog.release()
 
 
 def router_argv(python: str, port: int, prefill: WorkerSpec, decode: WorkerSpec, *, mini_lb: bool,
@@ -278,6 +283,7 @@ def run_pair(
     if device == "cpu":
         check_cpu_feasible(prefill)
         check_cpu_feasible(decode)
+    out_dir = Path(os.path.abspath(out_dir))  # the workers start in their directories: every path absolute
     out_dir.mkdir(parents=True, exist_ok=True)
     write_json(out_dir / "scenario.json", {"prefill": scenario_dict(prefill), "decode": scenario_dict(decode)})
     ns = Namespace()

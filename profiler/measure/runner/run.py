@@ -210,6 +210,7 @@ def run_scenario(
     device = device or ("cuda" if cuda_machine() else "cpu")
     if device == "cpu":
         check_cpu_feasible(s)
+    out_dir = Path(os.path.abspath(out_dir))  # the worker starts there: every path it is given must be absolute
     out_dir.mkdir(parents=True, exist_ok=True)
     _write_json(out_dir / "scenario.json", scenario_dict(s))
     spec = build_spec(s, out_dir, device=device, gpus=gpus, transfer_backend=transfer_backend, python=python)

@@ -12,11 +12,9 @@ loopback-only network namespace because mooncake listens on every interface.
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -29,9 +27,10 @@ import httpx
 from profiler.core.errors import MemfracError
 from profiler.engine.launch import server_argv
 from profiler.measure.machine import VISIBLE, cuda_machine, parent_entries, worker_env
-from profiler.measure.probe.activate import probe_env
+from profiler.measure.probe.activate import absolute_list, probe_env
 from profiler.measure.runner.net import NetThread, free_ports, get
 from profiler.measure.runner.patience import Patience
+from profiler.measure.runner.reaper import Watchdog, group_members, record, stop_group
 from profiler.model.heuristic.releases import DEFAULT_RELEASE
 from profiler.model.scenario import GraphSettings, Scenario
 
@@ -119,12 +118,13 @@ def build_spec(
     `paired`: the worker is one side of a real PD pair (profiler.measure.runner.pair): decode gets the same real
     transfer backend as prefill instead of `fake`, both hash each request's KV rows (probe/kv_hash.py)."""
     device = device or ("cuda" if cuda_machine() else "cpu")
+    out_dir = Path(os.path.abspath(out_dir))  # every path a worker gets is absolute: it starts in out_dir
     out_dir.mkdir(parents=True, exist_ok=True)
     port, bport, nport = free_ports(3)
     spec = WorkerSpec(s, device, out_dir, gpus, transfer_backend, port=port, bootstrap_port=bport, nccl_port=nport,
                       paired=paired)  # fmt: skip
     if python:  # another environment's interpreter (or a launcher script that execs one)
-        spec.python = python
+        spec.python = os.path.abspath(python) if os.sep in python else python
     served = s
     if device == "cpu":  # sglang's CPU engine: no graphs, a bounded pool
         served = s.with_(
@@ -177,11 +177,11 @@ def build_spec(
 def _cpu_env(stub_dir: Path) -> dict[str, str]:
     from profiler.measure.runner.cudastub import build_cuda_stub
 
-    stub = build_cuda_stub(stub_dir)
+    stub = os.path.abspath(build_cuda_stub(stub_dir))
     ld = os.environ.get("LD_LIBRARY_PATH", "")
     return {
         "SGLANG_USE_CPU_ENGINE": "1",
-        "LD_LIBRARY_PATH": str(stub) + (os.pathsep + ld if ld else ""),
+        "LD_LIBRARY_PATH": stub + (os.pathsep + absolute_list(ld) if ld else ""),
         "MEMFRAC_CPU_PATCHES": "1",
     }
 
@@ -217,6 +217,7 @@ class Worker:
         self.stop_report: dict[str, object] = {}
         self.last_seen: dict[str, str] = {}  # what the worker last answered, per endpoint
         self.timeout_detail: str | None = None  # set when wait_ready ran out of time
+        self.watchdog: Watchdog | None = None  # stops the group if memfrac dies without stopping it (reaper.py)
 
     def __enter__(self) -> Worker:
         self.start()
@@ -251,6 +252,8 @@ class Worker:
         finally:
             log.close()
         self.started_at = time.monotonic()
+        record(self.spec.out_dir, self.proc)  # a later --resume finds the group again (reaper.stop_recorded)
+        self.watchdog = Watchdog(self.proc.pid, self.spec.scenario.run.stop_grace_s)
 
     def alive(self) -> bool:
         if self.proc is None:
@@ -321,58 +324,20 @@ class Worker:
 
     def group_pids(self) -> list[int]:
         """Live (non-zombie) processes of the worker's process group."""
-        if self.proc is None:
-            return []
-        pgid = self.proc.pid
-        out = []
-        for d in Path("/proc").iterdir():
-            if not d.name.isdigit():
-                continue
-            try:
-                stat = (d / "stat").read_text()
-                fields = stat[stat.rindex(")") + 2 :].split()
-                if int(fields[2]) == pgid and fields[0] != "Z":
-                    out.append(int(d.name))
-            except (OSError, ValueError, IndexError):
-                continue
-        return out
+        return [] if self.proc is None else [p.pid for p in group_members(self.proc.pid)]
 
     def stop(self, grace_s: float | None = None) -> dict[str, object]:
-        """SIGTERM the main process (sglang drains and takes its children down), then SIGKILL the group."""
+        """SIGTERM the main process (sglang drains and takes its children down), then SIGKILL the group and its
+        descendants; then release the watchdog."""
         if self.proc is None or self.stop_report:
             return self.stop_report
         grace = Patience(self.spec.scenario.run.stop_grace_s if grace_s is None else grace_s, "stop")
-        t0 = time.monotonic()
-        killed = False
-        if self.proc.poll() is None:
-            try:
-                self.proc.send_signal(signal.SIGTERM)
-                while self.proc.poll() is None:  # sglang drains; its children follow it
-                    if grace.spent():
-                        raise subprocess.TimeoutExpired(self.spec.argv, grace.elapsed())
-                    time.sleep(0.1)
-            except subprocess.TimeoutExpired:
-                killed = True
-            except ProcessLookupError:
-                pass
-        while self.group_pids() and not grace.spent():
-            time.sleep(0.1)
-        left = self.group_pids()
-        if left or killed:
-            killed = True
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            for _ in range(100):
-                if not self.group_pids():
-                    break
-                time.sleep(0.1)
+        running = self.proc.poll() is None
+        rep = stop_group(self.proc.pid, grace.remaining_wall(), first=self.proc.pid if running else None, term=running)
         if self.proc.poll() is None:
             self.proc.kill()
         self.returncode = self.proc.wait()
-        self.stop_report = {
-            "stop_s": round(time.monotonic() - t0, 2),
-            "sigkill": killed,
-            "left_behind": self.group_pids(),
-            "returncode": self.returncode,
-        }
+        if self.watchdog is not None:
+            self.watchdog.release()
+        self.stop_report = {**rep, "left_behind": self.group_pids(), "returncode": self.returncode}
         return self.stop_report
