@@ -60,9 +60,27 @@ class GpuClue(NamedTuple):
 
 
 def gpu_clue(lineno: int, text: str) -> GpuClue | None:
-    """The GPU clue one line holds, or None."""
+    """The first GPU clue one line holds, or None."""
+    got = line_clues(lineno, text)
+    return got[0] if got else None
+
+
+def line_clues(lineno: int, text: str) -> list[GpuClue]:
+    """Every GPU clue one line holds: one tool line, or each instance type prose names ("g6.12xlarge instead
+    of p5.48xlarge": both, and the free memory decides)."""
     if not any(g in text for g in _GATE):
-        return None
+        return []
+    one = _tool_clue(lineno, text)
+    if one is not None:
+        return [one]
+    out = []
+    for m in _INSTANCE.finditer(text):
+        g = gpu_from_instance(m.group(1))
+        out.append(GpuClue(lineno, KINDS[6], m.group(1), g, float(g.total_mib) if g else None, False))
+    return out
+
+
+def _tool_clue(lineno: int, text: str) -> GpuClue | None:
     if (m := _SMI_MEMORY.search(text)) is not None:
         total = float(m.group(2))
         return GpuClue(lineno, KINDS[0], f"{m.group(1)}MiB / {m.group(2)}MiB", None, total, True)
@@ -78,9 +96,6 @@ def gpu_clue(lineno: int, text: str) -> GpuClue | None:
         return _named(lineno, KINDS[4], m.group(1), printed=True)
     if "device_name=" in text and (m := _KERNEL_PATH.search(text)) is not None:
         return _named(lineno, KINDS[5], m.group(1).replace("_", " "), printed=True)
-    if (m := _INSTANCE.search(text)) is not None:
-        g = gpu_from_instance(m.group(1))
-        return GpuClue(lineno, KINDS[6], m.group(1), g, float(g.total_mib) if g else None, False)
     return None
 
 
@@ -106,11 +121,10 @@ class GpuClues:
 
     def see(self, lineno: int, text: str, msg: str) -> None:
         """Read one line (its raw text, and its message without the prefix)."""
-        c = gpu_clue(lineno, msg)
-        if c is None and msg is not text and text.startswith("|"):  # an nvidia-smi table row the prefix cut
-            c = gpu_clue(lineno, text)
-        if c is not None:
-            self.clues.append(c)
+        got = line_clues(lineno, msg)
+        if not got and msg is not text and text.startswith("|"):  # an nvidia-smi table row the prefix cut
+            got = line_clues(lineno, text)
+        self.clues += got
 
     def assign(self, runs: Sequence[_RunLike]) -> None:
         """A clue goes to the run whose lines it sits among, else the run it precedes (an environment block or

@@ -318,8 +318,7 @@ def _gpu(m: Measurement, clues: list[GpuClue]) -> None:
         listed = ", ".join(f"{g.name} ({g.total_mib} MiB)" for g in cands)
         small = [g.name for g in cands if g.total_mib == caps[0]]
         ident.gpu_total_mib = float(caps[0])
-        ident.gpu_total_how = (f"{how} ≤ capacity: estimated {caps[0]} MiB, the smallest of the GPUs {rule} "
-                               f"({listed})")  # fmt: skip
+        ident.gpu_total_how = f"{how} ≤ capacity: estimated {caps[0]} MiB, the smallest of {listed}"
         m.notes.append(f"GPU not identified: {how} fits several GPUs: {listed} ({rule}); estimated as the smallest, "
                        f"{' / '.join(small)} ({caps[0]} MiB), every candidate kept")  # fmt: skip
     else:
