@@ -296,6 +296,10 @@ def _gpu(m: Measurement, clues: list[GpuClue]) -> None:
             ident.gpu_name = cands[0].name
         return
     if seen is None or start_gib is None:
+        top = _largest_free(m)
+        if top is not None:
+            m.notes.append(f"GPU capacity unknown: at least {top[0] / MIB_PER_GIB:.2f} GiB, the largest free figure "
+                           f"the log shows ({top[1]}); no reading at start to estimate it from")  # fmt: skip
         return
     _, init_mib, how = seen
     tol = TOLERANCE_GIB if init_mib is not None else TOLERANCE_NO_INIT_GIB
@@ -387,6 +391,17 @@ def _read_how(c: GpuClue) -> str:
     if c.kind == "nvidia-smi memory.total":
         return f"nvidia-smi memory.total {c.total_mib:.0f} MiB ({c.text!r}, line {c.line})"
     return f"{c.kind} {c.text!r} (line {c.line}){g}"
+
+
+def _largest_free(m: Measurement) -> tuple[float, str] | None:
+    """(the largest free MiB any phase of any rank shows, where): a lower bound on the capacity."""
+    best: tuple[float, str] | None = None
+    for r in m.ranks:
+        for p in r.phases:
+            for end, snap in (("begin", p.before), ("end", p.after)):
+                if snap is not None and snap.free_mib is not None and (best is None or snap.free_mib > best[0]):
+                    best = (snap.free_mib, f"{p.name} {end}, {r.label or 'untagged'}, line {p.line}")
+    return best
 
 
 def _first_load_free(m: Measurement) -> tuple[float, float | None, str] | None:

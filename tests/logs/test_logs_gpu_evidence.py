@@ -163,6 +163,13 @@ def test_a_bound_far_below_every_gpu_names_none() -> None:
     assert (m.identity.gpu_total_mib, m.identity.gpu_total_origin) == (None, "unknown")
 
 
+def test_without_a_reading_at_start_the_bound_is_said() -> None:
+    # sglang-pr11830.log: no weight lines; 40.03 GiB free after the pool bounds the GPU from below, nothing more
+    (m,) = parse_log(["[2025-11-10 10:00:00] Memory pool end. avail mem=40.03 GB"])
+    assert m.identity.gpu_total_origin == "unknown"
+    assert any(n.startswith("GPU capacity unknown: at least 40.03 GiB, the largest free figure") for n in m.notes)
+
+
 def test_a_run_without_clues_of_its_own_takes_the_files() -> None:
     # two starts in one file (a second server_args line), the nvidia-smi name row inside the second: the first
     # run takes it too (one machine wrote the file, as far as it shows), and says so
