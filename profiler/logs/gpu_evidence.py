@@ -1,11 +1,11 @@
 """The GPU a log's text names or prints, wherever it sits in the file, and the run(s) each clue belongs to.
 
 A log pasted into an issue carries more than sglang's own lines: sglang's `check_env` block ("GPU 0,1:
-NVIDIA A100 80GB PCIe" — torch.cuda.get_device_name), an `nvidia-smi` table (the name row, and the memory
-cell "507MiB / 24564MiB", whose right side is memory.total: the very figure sglang's heuristic reads), an
-`nvidia-smi --query-gpu=name,memory.total` line, rocminfo's "Marketing Name: AMD Instinct MI300X", a fused-MoE
-kernel-config path ("device_name=NVIDIA_H100_80GB_HBM3"), or a cloud instance type ("g6.12xlarge"). Each
-such line is a `GpuClue`; `GpuClues` collects them while the file is read and hands each run its own at the
+NVIDIA A100 80GB PCIe" — torch.cuda.get_device_name), `nvidia-smi -L`, an `nvidia-smi` table (the name row,
+and the memory cell "507MiB / 24564MiB", whose right side is memory.total: the very figure sglang's heuristic
+reads), an `nvidia-smi --query-gpu=name,memory.total` line, rocminfo's "Marketing Name: AMD Instinct MI300X", a
+fused-MoE kernel-config path ("device_name=NVIDIA_H100_80GB_HBM3"), or a cloud instance type ("g6.12xlarge").
+Each such line is a `GpuClue`; `GpuClues` collects them while the file is read and hands each run its own at the
 end. Which clue wins, and how the capacity is labelled, is `identity._gpu`'s call.
 """
 
@@ -40,7 +40,7 @@ _INSTANCE = re.compile(
 _GATE = ("GPU ", "NVIDIA", "Tesla", "Quadro", "MiB", "Instinct", "xlarge", "gpu-", "g2-standard")
 
 #: clue kinds, strongest first: what the machine printed about itself, then what prose or a name says
-KINDS = ("nvidia-smi memory.total", "nvidia-smi --query-gpu", "nvidia-smi", "check_env", "rocminfo",
+KINDS = ("nvidia-smi memory.total", "nvidia-smi --query-gpu", "nvidia-smi", "nvidia-smi -L", "check_env", "rocminfo",
          "kernel-config path", "instance type")  # fmt: skip
 
 
@@ -76,7 +76,7 @@ def line_clues(lineno: int, text: str) -> list[GpuClue]:
     out = []
     for m in _INSTANCE.finditer(text):
         g = gpu_from_instance(m.group(1))
-        out.append(GpuClue(lineno, KINDS[6], m.group(1), g, float(g.total_mib) if g else None, False))
+        out.append(GpuClue(lineno, KINDS[7], m.group(1), g, float(g.total_mib) if g else None, False))
     return out
 
 
@@ -90,12 +90,15 @@ def _tool_clue(lineno: int, text: str) -> GpuClue | None:
     if (m := _SMI_NAME.search(text)) is not None:
         return _named(lineno, KINDS[2], m.group(2).strip(), printed=True)
     if (m := _CHECK_ENV.search(text)) is not None:
-        c = _named(lineno, KINDS[3], m.group(2), printed=True)
+        name, uuid = m.group(2), m.group(2).find(" (UUID: ")
+        if uuid > 0:  # nvidia-smi -L: one line per GPU, "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-…)"
+            return _named(lineno, KINDS[3], name[:uuid], printed=True)
+        c = _named(lineno, KINDS[4], name, printed=True)
         return c._replace(gpus=m.group(1).count(",") + 1)
     if (m := _ROCMINFO.search(text)) is not None:
-        return _named(lineno, KINDS[4], m.group(1), printed=True)
+        return _named(lineno, KINDS[5], m.group(1), printed=True)
     if "device_name=" in text and (m := _KERNEL_PATH.search(text)) is not None:
-        return _named(lineno, KINDS[5], m.group(1).replace("_", " "), printed=True)
+        return _named(lineno, KINDS[6], m.group(1).replace("_", " "), printed=True)
     return None
 
 

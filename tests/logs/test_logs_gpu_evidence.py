@@ -30,6 +30,11 @@ LOAD_4417 = ("[2025-03-14 07:39:13 TP0] Load weight end. type=DeepseekV3ForCausa
         ("GPU 0,1,2,3,4,5,6,7: NVIDIA A100-SXM4-80GB", "check_env", "A100-80GB", 81920.0),
         # check_env, github.com/sgl-project/sglang/issues/6630
         ("GPU 0,1,2,3,4,5,6,7: NVIDIA H20", "check_env", "H20", 97871.0),
+        # check_env, github.com/sgl-project/sglang/issues/8756: three T4s (15360 MiB)
+        ("GPU 0,1,2: Tesla T4", "check_env", "T4", 15360.0),
+        # nvidia-smi -L (search-index file id 44325266337): the UUID is not part of the name
+        ("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-e5f404f3-cc2a-cf0c-219f-dcf1a4e223f2)", "nvidia-smi -L", "H100-80GB",
+         81559.0),
         # nvidia-smi table, name row: github.com/huggingface/text-generation-inference/issues/1692
         ("|   0  NVIDIA H100 80GB HBM3          On  | 00000000:84:00.0 Off |                    0 |", "nvidia-smi",
          "H100-80GB", 81559.0),
@@ -201,7 +206,7 @@ def test_origin_of_a_capacity() -> None:
 def test_every_kind_is_listed_and_every_log_gpu_is_sourced() -> None:
     from profiler.model.gpus import SOURCES
 
-    assert len(KINDS) == len(set(KINDS)) == 7
+    assert len(KINDS) == len(set(KINDS)) == 8
     assert all(SOURCES[g.name] for g in log_gpus())
 
 
