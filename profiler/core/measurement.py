@@ -296,6 +296,10 @@ def free_at_start(r: Rank | None) -> FreeAtStart:
     return FreeAtStart(None, "unknown", "no reading before the weights")
 
 
+#: How a GPU capacity bounded by a log's free memory (not printed, not named) is described: the bound first.
+ESTIMATED_HOW = ("first avail mem", "avail mem after weights", "largest free")
+
+
 @dataclass(slots=True)
 class Identity:
     """Which run this was: model, GPU, parallelism, release. None = the source does not say."""
@@ -317,6 +321,14 @@ class Identity:
     sglang_range: list[str] = field(default_factory=list)  # [first, last] the log's formats allow ("" = open end)
     gpu_candidates_mib: list[int] = field(default_factory=list)  # capacities consistent with the log, when several
     hostname: str | None = None
+
+    @property
+    def gpu_total_origin(self) -> str:
+        """read (printed, or a named GPU's capacity) | estimated (bounded by the free memory a log shows:
+        `gpu_total_how` then begins with the bound, ESTIMATED_HOW) | unknown."""
+        if self.gpu_total_mib is None:
+            return "unknown"
+        return "estimated" if self.gpu_total_how.startswith(ESTIMATED_HOW) else "read"
 
 
 @dataclass(slots=True)

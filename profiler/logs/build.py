@@ -36,6 +36,7 @@ from profiler.logs.failures import (
     failure_kind,
     quoted_fraction,
 )
+from profiler.logs.gpu_evidence import GpuClues
 from profiler.logs.identity import finalize_run, version_cue
 from profiler.logs.launchcmd import is_launch_command, parse_launch_command
 from profiler.logs.lines import LineScanner
@@ -58,9 +59,6 @@ MEMORY_BACK_MIB = 1024.0  # a new weight load with this much more free than the 
 _MAY_STATE_RELEASE = re.compile(r"sglang(?:[-\s:=\[\]'\"]|_version)|sgl-dev|\"version\"|'version'")
 _PEAKS = {k: f"peak_{k}" for k in ("running_req", "queue_req", "tokens", "token_usage", "full_token_usage",
                                      "swa_token_usage")}  # fmt: skip
-# Kernel-config file names carry the GPU's product name: "…/E=8,N=2048,device_name=NVIDIA_H100_80GB_HBM3,dtype=…"
-# (srt/layers/moe/fused_moe_triton: get_config_file_name uses torch.cuda.get_device_name with "_" for " ").
-_DEVICE = re.compile(r"device_name=([A-Za-z][\w\-]*?)(?:,|\.json|\s|$)")
 _QUIET_KINDS = frozenset({"end", "note", "kv", "ladder"})  # events that never start a run by themselves
 
 
@@ -84,6 +82,7 @@ class LogBuilder:
         self._cues: list[tuple[int, VersionCue]] = []  # every release cue in the file (see _assign_cues)
         self._frame_hint: tuple[int, str] | None = None  # a traceback frame's phase seen before its failure line
         self._orphans: list[tuple[_Run, _RankState]] = []  # untagged ranks made for tqdm bars before any rank
+        self._gpu = GpuClues()  # every line naming the GPU or printing its capacity (see GpuClues.assign)
 
     # ---- input ---------------------------------------------------------------------------------------
     def learn(self, head: str) -> None:
@@ -145,8 +144,7 @@ class LogBuilder:
                 if ev.fmt is not None and ev.fmt not in self._run.formats:
                     self._run.formats[ev.fmt] = lineno
                 return
-        if "device_name=" in msg and self._run.device_hint is None and (dm := _DEVICE.search(msg)) is not None:
-            self._run.device_hint = (dm.group(1).replace("_", " "), lineno)
+        self._gpu.see(lineno, text, msg)  # check_env, nvidia-smi, kernel-config paths, … (gpu_evidence)
         if ("sgl" in msg or '"version"' in msg) and _MAY_STATE_RELEASE.search(msg) and (cue := version_cue(msg)):
             self._cues.append((lineno, cue))
         if is_launch_command(msg):
@@ -738,6 +736,7 @@ class LogBuilder:
                 r.index, r.m.id = k, f"{self._file}#{k}"
         runs = merged
         self._assign_cues(runs)
+        self._gpu.assign(runs)
         for run, rs in self._orphans:
             _adopt_orphan(run, rs)
         out = []

@@ -23,10 +23,11 @@ from profiler.logs.formats import (
     release_range,
     releases_between,
 )
+from profiler.logs.gpu_evidence import KINDS, GpuClue
 from profiler.logs.printed import Fraction, implied_fraction, log_args, printed_fraction
 from profiler.logs.run import VersionCue, _Run
 from profiler.logs.state import startup_state
-from profiler.model.gpus import gpu_from_smi_name, gpus_near_capacity
+from profiler.model.gpus import gpus_near_capacity, log_gpus
 
 _V = r"v?(\d+\.\d+\.\d+(?:\.post\d+|rc\d+|\.dev\d+)?)"
 _TOTAL_NOTE = ("GPU total from the OOM message's 'total capacity' (torch's total: about 0.6% below "
@@ -230,7 +231,7 @@ def _identity(run: _Run, m: Measurement) -> None:
         ident.attn_dp = run.resolved["attn_dp_size"][0]
     if run.cmd is not None and run.cmd.hostname:
         ident.hostname = run.cmd.hostname
-    _gpu(m, run.device_hint)
+    _gpu(m, run.gpu_clues)
 
 
 def _architecture(run: _Run, m: Measurement) -> str | None:
@@ -261,21 +262,27 @@ def _from_tags(m: Measurement, dim: str) -> None:
 #: reservations), and — when the log does not print what NCCL init used — the free memory at weight load.
 TOLERANCE_GIB = 1.5
 TOLERANCE_NO_INIT_GIB = 3.0
+#: When no GPU lies that close: the widest gap, as a share of the capacity, between the free memory at start and
+#: a GPU that still counts as the estimate (sglang-4417.log: 16 H100s over two nodes start with 75.98 GiB of
+#: 79.65 free, 4.6% below; a bound further below every GPU names none).
+ESTIMATE_GAP = 0.05
+_RESOLUTION_GIB = 0.005  # sglang prints GiB with two decimals
 
 
-def _gpu(m: Measurement, device: tuple[str, int] | None = None) -> None:
-    """GPU capacity: the product name a kernel-config path prints, else a unique bundled GPU consistent with
-    the OOM message's total or with the free memory at the first weight load (plus what NCCL init had used,
-    when printed). Capacities that several GPUs share are known without the name; several capacities stay
-    candidates (the reservation becomes a range)."""
+def _gpu(m: Measurement, clues: list[GpuClue]) -> None:
+    """The GPU capacity, from every piece of evidence the log gives, strongest first:
+
+    read — a capacity the machine printed (nvidia-smi memory.total), a GPU it named (check_env, an nvidia-smi
+    table, rocminfo, a kernel-config path; an instance type when the free memory agrees), the OOM message's
+    total; estimated — the GPUs whose capacity is at least the free memory at start: the one or the smallest
+    of several within the tolerance (all of them stay candidates: the reservation becomes a range), else the
+    smallest within ESTIMATE_GAP. A clue the free memory contradicts (a capacity below it) is noted, not used.
+    """
     ident = m.identity
-    if device is not None:
-        g = gpu_from_smi_name(device[0])
-        if g is not None:
-            ident.gpu_name, ident.gpu_total_mib = g.name, float(g.total_mib)
-            ident.gpu_total_how = f"device_name {device[0]!r} at line {device[1]} (a kernel-config path)"
-            return
-        m.notes.append(f"GPU {device[0]!r} named at line {device[1]} is not a bundled GPU: capacity from memory lines")
+    seen = _first_load_free(m)
+    start_gib = None if seen is None else (seen[0] + (seen[1] or 0.0)) / MIB_PER_GIB
+    if _gpu_from_clues(m, clues, start_gib):
+        return
     totals = [r.failure.total_capacity_mib for r in m.ranks if r.failure and r.failure.total_capacity_mib]
     if totals:
         ident.gpu_total_mib = totals[0]
@@ -288,11 +295,13 @@ def _gpu(m: Measurement, device: tuple[str, int] | None = None) -> None:
         if len(cands) == 1:
             ident.gpu_name = cands[0].name
         return
-    seen = _first_load_free(m)
-    if seen is None:
+    if seen is None or start_gib is None:
+        top = _largest_free(m)
+        if top is not None:
+            m.notes.append(f"GPU capacity unknown: at least {top[0] / MIB_PER_GIB:.2f} GiB, the largest free figure "
+                           f"the log shows ({top[1]}); no reading at start to estimate it from")  # fmt: skip
         return
-    free_mib, init_mib, how = seen
-    start_gib = (free_mib + (init_mib or 0.0)) / MIB_PER_GIB
+    _, init_mib, how = seen
     tol = TOLERANCE_GIB if init_mib is not None else TOLERANCE_NO_INIT_GIB
     cands = gpus_near_capacity(start_gib, tol)
     caps = sorted({g.total_mib for g in cands})
@@ -311,9 +320,88 @@ def _gpu(m: Measurement, device: tuple[str, int] | None = None) -> None:
     elif cands:
         ident.gpu_candidates_mib = caps
         listed = ", ".join(f"{g.name} ({g.total_mib} MiB)" for g in cands)
-        m.notes.append(f"GPU not identified: {how} fits several GPUs: {listed} ({rule})")
+        small = [g.name for g in cands if g.total_mib == caps[0]]
+        ident.gpu_total_mib = float(caps[0])
+        ident.gpu_total_how = f"{how} ≤ capacity: estimated {caps[0]} MiB, the smallest of {listed}"
+        m.notes.append(f"GPU not identified: {how} fits several GPUs: {listed} ({rule}); estimated as the smallest, "
+                       f"{' / '.join(small)} ({caps[0]} MiB), every candidate kept")  # fmt: skip
     else:
-        m.notes.append(f"GPU not identified: no bundled GPU {rule}")
+        wide = [g for g in log_gpus() if 0 <= g.total_gib - start_gib <= ESTIMATE_GAP * g.total_gib]
+        if not wide:
+            m.notes.append(f"GPU not identified: no bundled GPU {rule}, nor within {ESTIMATE_GAP:.0%} of its "
+                           "capacity above it")  # fmt: skip
+            return
+        cap = wide[0].total_mib
+        small = " / ".join(g.name for g in wide if g.total_mib == cap)
+        gap = cap / MIB_PER_GIB - start_gib
+        ident.gpu_total_mib = float(cap)
+        ident.gpu_total_how = (f"{how} ≤ capacity: estimated {cap} MiB ({small}), the smallest GPU above it "
+                               f"({gap:.2f} GiB above, within {ESTIMATE_GAP:.0%} of its capacity)")  # fmt: skip
+        m.notes.append(f"GPU not identified: no bundled GPU {rule}; estimated {small} ({cap} MiB), the smallest "
+                       f"above it, {gap:.2f} GiB (≤ {ESTIMATE_GAP:.0%} of its capacity)")  # fmt: skip
+
+
+def _gpu_from_clues(m: Measurement, clues: list[GpuClue], start_gib: float | None) -> bool:
+    """Set the capacity from the strongest clue the free memory at start does not contradict; True if set."""
+    ident = m.identity
+    usable: list[GpuClue] = []
+    for c in sorted(clues, key=lambda c: (KINDS.index(c.kind), c.line)):
+        if c.total_mib is None:
+            m.notes.append(f"GPU {c.text!r} named by {c.kind} at line {c.line} is not a known GPU: capacity from "
+                           "memory lines")  # fmt: skip
+            continue
+        gib = c.total_mib / MIB_PER_GIB
+        if start_gib is not None and gib < start_gib - _RESOLUTION_GIB:
+            m.notes.append(f"{c.label()} says {c.total_mib:.0f} MiB, less than the {start_gib:.2f} GiB free at start: "
+                           "another machine's; not used")  # fmt: skip
+            continue
+        # an instance type: prose may name several; only one the free memory fits
+        far = start_gib is not None and gib - start_gib > max(TOLERANCE_NO_INIT_GIB, ESTIMATE_GAP * gib)
+        if not c.printed and far:
+            m.notes.append(f"{c.label()} ({c.total_mib:.0f} MiB) is far above the {start_gib:.2f} GiB free at start: "
+                           "not this run's GPU")  # fmt: skip
+            continue
+        usable.append(c)
+    if not usable:
+        return False
+    best = [c for c in usable if c.kind == usable[0].kind]
+    if not usable[0].printed and len({c.total_mib for c in best}) > 1:
+        m.notes.append("instance types of different GPUs named (" + ", ".join(c.label() for c in best) + "): none used")
+        return False
+    c = min(best, key=lambda c: (c.total_mib or 0.0, c.line))  # sglang reads the smallest visible GPU
+    named = next((d for d in usable if d.gpu is not None and d.gpu.total_mib == c.total_mib), None)
+    ident.gpu_total_mib = c.total_mib
+    ident.gpu_name = named.gpu.name if named is not None and named.gpu is not None else None
+    ident.gpu_count = ident.gpu_count or c.gpus
+    ident.gpu_total_how = _read_how(c)
+    if len({d.total_mib for d in best}) > 1:
+        m.notes.append(f"GPUs of different capacities listed ({', '.join(d.label() for d in best)}): the smallest "
+                       "counts (sglang reads the minimum over the visible GPUs)")  # fmt: skip
+    if start_gib is None:
+        m.notes.append(f"GPU capacity {c.total_mib:.0f} MiB from {c.label()}; no free memory at start to check it")
+    return True
+
+
+def _read_how(c: GpuClue) -> str:
+    g = f" → {c.gpu.name} {c.gpu.total_mib} MiB" if c.gpu is not None else ""
+    if c.kind == "kernel-config path":
+        return f"device_name {c.text!r} at line {c.line} (a kernel-config path)"
+    if c.kind == "check_env":
+        return f"torch device name {c.text!r} (check_env, line {c.line}){g}"
+    if c.kind == "nvidia-smi memory.total":
+        return f"nvidia-smi memory.total {c.total_mib:.0f} MiB ({c.text!r}, line {c.line})"
+    return f"{c.kind} {c.text!r} (line {c.line}){g}"
+
+
+def _largest_free(m: Measurement) -> tuple[float, str] | None:
+    """(the largest free MiB any phase of any rank shows, where): a lower bound on the capacity."""
+    best: tuple[float, str] | None = None
+    for r in m.ranks:
+        for p in r.phases:
+            for end, snap in (("begin", p.before), ("end", p.after)):
+                if snap is not None and snap.free_mib is not None and (best is None or snap.free_mib > best[0]):
+                    best = (snap.free_mib, f"{p.name} {end}, {r.label or 'untagged'}, line {p.line}")
+    return best
 
 
 def _first_load_free(m: Measurement) -> tuple[float, float | None, str] | None:

@@ -61,6 +61,14 @@ KEYWORDS: tuple[bytes, ...] = (
     b"sglang",
     b"launch_server",
     b"server_args={",
+    # the GPU named or sized by text around the log (logs.gpu_evidence): check_env, nvidia-smi, rocminfo, instances
+    b"NVIDIA",
+    b"Tesla",
+    b"Quadro",
+    b"Instinct",
+    b"xlarge",
+    b"gpu-",
+    b"g2-standard",
 )
 _REGEX_KEYWORDS = frozenset({rb"GB[^/]"})  # the others are literals
 

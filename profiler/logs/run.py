@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 from profiler.core.measurement import Measurement, Phase, Rank
 from profiler.logs.failures import FailureState
+from profiler.logs.gpu_evidence import GpuClue
 from profiler.logs.launchcmd import LaunchCommand
 from profiler.logs.prefixes import rank_numbers
 from profiler.logs.serverargs import ServerArgsRepr
@@ -43,11 +44,11 @@ class _Run:
         "arch_hint",
         "cmd",
         "cues",
-        "device_hint",
         "fired_line",
         "first_line",
         "floating",
         "formats",
+        "gpu_clues",
         "index",
         "last_line",
         "m",
@@ -83,7 +84,7 @@ class _Run:
         self.serving: dict[str, object] = {}  # serving traffic: peaks, retractions (see _serve)
         self.serving_ranks: set[str] = set()
         self.mode_hint: tuple[str, int] | None = None  # PD role from a role-only message
-        self.device_hint: tuple[str, int] | None = None  # GPU product name from a kernel-config path
+        self.gpu_clues: list[GpuClue] = []  # lines naming its GPU or printing its capacity (gpu_evidence)
         self.quoted_args: dict[str, tuple[object, str]] = {}  # args an error message quotes → (value, where)
 
     def has_phases(self) -> bool:

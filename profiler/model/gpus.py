@@ -8,6 +8,7 @@ size bands and its fraction depend on the exact value.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from profiler.core.errors import MemfracError
@@ -80,10 +81,69 @@ SOURCES: dict[str, str] = {
 
 ALIASES: dict[str, str] = {"H100": "H100-80GB", "A100": "A100-80GB", "4090": "RTX-4090", "5090": "RTX-5090"}
 
+# GPUs that logs name or imply but that the audit's default space and scenarios leave out (more rows there
+# would only repeat a capacity above, or a part few deploy sglang on): used to read a log's GPU, never swept.
+# name → (the capacity sglang reads, in MiB; the product name torch / nvidia-smi print). ROCm: sglang reads
+# rocminfo's "Pool 1" size in KB ÷ 1024 (srt/utils/common.py get_amdgpu_memory_capacity).
+_LOG_ONLY: dict[str, tuple[int, str]] = {
+    "A10G": (23028, "NVIDIA A10G"),
+    "RTX-4090D": (24564, "NVIDIA GeForce RTX 4090 D"),
+    "L20": (46068, "NVIDIA L20"),
+    "RTX-A6000": (49140, "NVIDIA RTX A6000"),
+    "RTX-6000-Ada": (49140, "NVIDIA RTX 6000 Ada Generation"),
+    "H100-PCIe": (81559, "NVIDIA H100 PCIe"),
+    "A800-80GB": (81920, "NVIDIA A800-SXM4-80GB"),
+    "MI300X": (196592, "AMD Instinct MI300X"),
+}
+SOURCES |= {
+    "A10G": "file ids 57510727102, 66686965076 ('NVIDIA A10G, 23028 MiB'; AWS g5 instances)",
+    "RTX-4090D": "file ids 69612263523, 62204639427 ('NVIDIA GeForce RTX 4090 D, 24564 MiB')",
+    "L20": "file ids 63349564404, 56262453470 ('NVIDIA L20, 46068 MiB')",
+    "RTX-A6000": "file ids 24563222508, 63320565603 ('NVIDIA RTX A6000, 49140 MiB')",
+    "RTX-6000-Ada": "file ids 54965491866, 57818512793 ('NVIDIA RTX 6000 Ada Generation, 49140 MiB')",
+    "H100-PCIe": "file ids 54562561713, 55383072402 ('NVIDIA H100 PCIe, 81559 MiB')",
+    "A800-80GB": "file ids 59889546879, 53255403010 ('NVIDIA A800-SXM4-80GB, 81920 MiB')",
+    "MI300X": "rocminfo 'Pool 1 … Size: 201310208(0xbffc000) KB' of gfx942 agents, file ids 1638745161, "
+    "69614445144, 57069008008: 201310208 KB ÷ 1024 = 196592 MiB",
+}
+# Other product names the same part prints (torch.cuda.get_device_name, check_env, nvidia-smi): PCIe/SXM
+# variants of one capacity. Each named in a public nvidia-smi output (SOURCES above, or the file id here).
+_OTHER_NAMES: dict[str, tuple[str, ...]] = {
+    "A100-80GB": ("NVIDIA A100 80GB PCIe",),  # file id 67279305501
+    "A100-40GB": ("NVIDIA A100-PCIE-40GB",),
+    "A800-80GB": ("NVIDIA A800 80GB PCIe",),
+    "H800": ("NVIDIA H800 PCIe",),
+}
+# Cloud instance types that fix the GPU (AWS/GCP documentation of each family): a docker tag, a hostname or a
+# prose line naming one names the GPU. Family prefix → bundled GPU name.
+INSTANCE_GPUS: dict[str, str] = {
+    "g5.": "A10G",  # AWS G5: NVIDIA A10G
+    "g6.": "L4",  # AWS G6: NVIDIA L4
+    "g6e.": "L40S",  # AWS G6e: NVIDIA L40S
+    "p4d.": "A100-40GB",  # AWS P4d: A100 40 GB
+    "p4de.": "A100-80GB",  # AWS P4de: A100 80 GB
+    "p5.": "H100-80GB",  # AWS P5: H100 80 GB
+    "p5e.": "H200",  # AWS P5e / P5en: H200
+    "p5en.": "H200",
+    "p6-b200.": "B200",  # AWS P6-B200
+    "a2-highgpu-": "A100-40GB",  # GCP A2 Standard: A100 40 GB
+    "a2-ultragpu-": "A100-80GB",  # GCP A2 Ultra: A100 80 GB
+    "a3-highgpu-": "H100-80GB",  # GCP A3: H100 80 GB
+    "a3-megagpu-": "H100-80GB",
+    "a3-ultragpu-": "H200",  # GCP A3 Ultra: H200
+    "g2-standard-": "L4",  # GCP G2: L4
+}
+
 
 def known_gpus() -> list[Gpu]:
     """Every bundled GPU, smallest first."""
     return [Gpu(n, mib, smi) for n, (mib, smi) in sorted(_TABLE.items(), key=lambda kv: (kv[1][0], kv[0]))]
+
+
+def log_gpus() -> list[Gpu]:
+    """Every GPU a log can be matched to (the bundled ones and `_LOG_ONLY`), smallest first."""
+    both = _TABLE | _LOG_ONLY
+    return [Gpu(n, mib, smi) for n, (mib, smi) in sorted(both.items(), key=lambda kv: (kv[1][0], kv[0]))]
 
 
 def gpu_by_name(name: str) -> Gpu:
@@ -103,12 +163,36 @@ def gpu_from_mib(total_mib: int) -> Gpu:
     return Gpu(f"{total_mib}MiB", int(total_mib))
 
 
+def _norm(name: str) -> str:
+    """A product name with case, '_' / '-' / space runs and a trailing '…' / '...' (nvidia-smi's cut) folded."""
+    return re.sub(r"[\s_\-]+", " ", name.strip().rstrip(".…").lower()).strip()
+
+
 def gpu_from_smi_name(smi_name: str) -> Gpu | None:
-    """Match an nvidia-smi / torch device name ("NVIDIA H200") to a bundled GPU, or None."""
-    s = smi_name.strip().lower()
-    for n, (mib, smi) in _TABLE.items():
-        if smi.lower() == s:
-            return Gpu(n, mib, smi)
+    """Match an nvidia-smi / torch device name ("NVIDIA H200", "NVIDIA_H100_80GB_HBM3" from a kernel-config
+    path, "NVIDIA A100 80GB PCIe" from check_env) to a known GPU, or None. A name nvidia-smi cut short
+    ("NVIDIA GeForce RTX 4090 ...") matches only when one capacity fits every name it begins."""
+    s = _norm(smi_name)
+    if not s:
+        return None
+    names = [(g, _norm(g.nvidia_smi_name)) for g in log_gpus()]
+    names += [(g, _norm(o)) for g in log_gpus() for o in _OTHER_NAMES.get(g.name, ())]
+    for g, n in names:
+        if n == s:
+            return g
+    if smi_name.rstrip().endswith(("...", "…")):
+        hits = [g for g, n in names if n.startswith(s)]
+        if hits and len({g.total_mib for g in hits}) == 1:
+            return hits[0]
+    return None
+
+
+def gpu_from_instance(instance: str) -> Gpu | None:
+    """The GPU a cloud instance type fixes ("g6.12xlarge" → L4, "a3-highgpu-8g" → H100), or None."""
+    s = instance.strip().lower()
+    for prefix, name in INSTANCE_GPUS.items():
+        if s.startswith(prefix):
+            return next(g for g in log_gpus() if g.name == name)
     return None
 
 
@@ -119,7 +203,7 @@ def gpus_near_capacity(usable_gib: float, tolerance_gib: float = 1.5) -> list[Gp
     driver reservations); this lists the bundled GPUs consistent with such a reading.
     """
     out = []
-    for g in known_gpus():
+    for g in log_gpus():
         if 0 <= g.total_gib - usable_gib <= tolerance_gib:
             out.append(g)
     return out

@@ -50,6 +50,8 @@ RESULT_COLUMNS: dict[str, str] = {
     "architecture": "string",
     "gpu_name": "string",
     "gpu_total_mib": "float64",
+    "gpu_total_origin": "string",  # read | estimated | unknown (Identity.gpu_total_origin)
+    "gpu_total_how": "string",  # where the capacity comes from (estimated: the free-memory bound and the GPUs it fits)
     "mode": "string",
     "tp": "Int64",
     "pp": "Int64",
@@ -205,6 +207,8 @@ def result_rows(m: Measurement, c: Comparison, ctx: RunContext = RunContext()) -
         "architecture": i.architecture,
         "gpu_name": i.gpu_name,
         "gpu_total_mib": i.gpu_total_mib,
+        "gpu_total_origin": i.gpu_total_origin,
+        "gpu_total_how": i.gpu_total_how,
         "mode": i.mode,
         "tp": i.tp,
         "pp": i.pp,

@@ -59,9 +59,13 @@ def test_gpu_from_first_avail_mem_when_one_gpu_fits() -> None:
     assert m.identity.gpu_total_how == "first avail mem 15.15 GiB ≈ RTX-5080"
 
 
-def test_gpu_left_unknown_when_several_fit() -> None:
+def test_gpu_estimated_as_the_smallest_when_several_fit() -> None:
+    # 78.81 GiB free: H100/H800 (81559 MiB = 79.65 GiB) and A100-80GB (81920 MiB = 80.00 GiB) are both within
+    # 3 GiB above it: not named; estimated as the smallest capacity, 81559 MiB, both kept as candidates
     (m,) = parse_log(["[2025-01-01 00:00:00 TP0] Load weight begin. avail mem=78.81 GB"])
-    assert m.identity.gpu_total_mib is None and m.identity.gpu_total_how == "unknown"
+    assert (m.identity.gpu_name, m.identity.gpu_total_mib, m.identity.gpu_total_origin) == (None, 81559.0, "estimated")
+    assert m.identity.gpu_candidates_mib == [81559, 81920]
+    assert m.identity.gpu_total_how.startswith("first avail mem 78.81 GiB ≤ capacity: estimated 81559 MiB")
     assert any("H100-80GB" in n and "A100-80GB" in n for n in m.notes)
 
 

@@ -242,12 +242,13 @@ def test_draft_graph_means_speculative_decoding() -> None:
 
 def test_gpu_from_load_free_plus_init_usage() -> None:
     # repo_unknown_grok1_8xH100.log: 77.43 + 1.25 = 78.68 GiB before NCCL init; H100/H800 (81559 MiB = 79.65
-    # GiB) and A100-80GB (81920 MiB = 80.00 GiB) are both within 1.5 GiB above it: two capacities, no guess.
+    # GiB) and A100-80GB (81920 MiB = 80.00 GiB) are both within 1.5 GiB above it: not named, the smaller estimated.
     (m,) = parse_log([
         "[2025-09-11 10:24:23 TP0] Init torch distributed ends. mem usage=1.25 GB",
         "[2025-09-11 10:24:24 TP0] Load weight begin. avail mem=77.43 GB",
     ])  # fmt: skip
-    assert m.identity.gpu_total_mib is None and m.identity.gpu_candidates_mib == [81559, 81920]
+    assert m.identity.gpu_candidates_mib == [81559, 81920] and m.identity.gpu_name is None
+    assert (m.identity.gpu_total_mib, m.identity.gpu_total_origin) == (81559.0, "estimated")  # the smaller one
     assert any("first avail mem 77.43 GiB + init 1.25 GiB" in n and "within 1.5 GiB" in n for n in m.notes)
 
 
@@ -289,10 +290,10 @@ def test_gpu_named_by_a_kernel_config_path() -> None:
 
 
 def test_every_bundled_gpu_cites_its_nvidia_smi_source() -> None:
-    from profiler.model.gpus import SOURCES, known_gpus
+    from profiler.model.gpus import SOURCES, log_gpus
 
-    assert {g.name for g in known_gpus()} == set(SOURCES)
-    assert all(SOURCES[g.name] for g in known_gpus())
+    assert {g.name for g in log_gpus()} == set(SOURCES)
+    assert all(SOURCES[g.name] for g in log_gpus())
 
 
 def test_a_larger_part_than_the_b300_is_not_called_a_b300() -> None:
