@@ -221,21 +221,35 @@ class OomWindow:
 
     A terminal or a paste wraps it at any width: lines are taken (without their prefix) until the text reaches
     torch's last figure, a line that is clearly not part of it (a new record, a traceback, a command), or
-    OOM_WINDOW_CHARS characters."""
+    OOM_WINDOW_CHARS characters. A reporter may also put each of torch's sentences on its own line with a blank
+    line between: one blank line is passed over when the line after it opens one of torch's sentences
+    (`_TORCH_SENTENCE`); two blank lines, or a blank line followed by other text, end the message."""
 
-    __slots__ = ("chars", "fs", "parts", "remaining")
+    __slots__ = ("chars", "fs", "gap", "parts", "remaining")
 
     def __init__(self, fs: FailureState, text: str) -> None:
         self.fs = fs
         self.parts = [text]
         self.remaining = OOM_WINDOW_LINES
         self.chars = len(text)
+        self.gap = False  # the previous line was blank
 
     def take(self, msg: str, tagged: bool = False) -> bool:
         """Append a continuation line (`msg` without its prefix; `tagged`: it has its own sglang record);
         False when the line is not part of the message (closes the window)."""
         s = msg.strip()
-        if tagged or not s or s.startswith(_NOT_OOM_TEXT) or is_launch_command(s) or _TAIL.match(s):
+        if tagged:
+            return False
+        if not s:
+            if self.gap:
+                return False
+            self.gap = True
+            self.remaining -= 1
+            return True
+        if self.gap and not _TORCH_SENTENCE.match(s):
+            return False
+        self.gap = False
+        if s.startswith(_NOT_OOM_TEXT) or is_launch_command(s) or _TAIL.match(s):
             return False
         self.parts.append(s)
         self.remaining -= 1
@@ -246,4 +260,12 @@ class OomWindow:
         return self.remaining <= 0 or self.chars > OOM_WINDOW_CHARS or is_complete("".join(self.parts))
 
 
+# How torch's OOM sentences begin (c10 CUDACachingAllocator: "Tried to allocate X. GPU N has a total capacity of
+# … is free. Process P has X memory in use. | Including non-PyTorch memory, this process has … Of the allocated
+# memory X is allocated by PyTorch, with X allocated in private pools …, and X is reserved by PyTorch but
+# unallocated. If reserved but unallocated memory is large …")
+_TORCH_SENTENCE = re.compile(
+    r"(?:Tried to allocate|GPU \d|Process \d|Including non-PyTorch|this process has|Of the allocated|with \d|and \d"
+    r"|If reserved but unallocated)"
+)
 _NOT_OOM_TEXT = ("[", "Traceback", "File ", "During handling", "The above exception", "$ ", "Capturing ", "Loading ")

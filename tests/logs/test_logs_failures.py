@@ -87,6 +87,57 @@ def test_oom_wrapped_mid_word_across_lines() -> None:
     assert m.identity.gpu_total_how == "oom total capacity"
 
 
+# tests/fixtures/logs-heldout/sglang-23769.log, lines 36-48: the reporter put each of torch's sentences on its own
+# line, with a blank line after "Tried to allocate"; NVML listed one process ("Process 1939284 has …").
+OOM_23769 = [
+    "Exception: Capture cuda graph failed: CUDA out of memory.",
+    "Tried to allocate 672.00 MiB.",
+    "",
+    "GPU 0 has a total capacity of 140.06 GiB of which 200.75 MiB is free.",
+    "Process 1939284 has 139.86 GiB memory in use.",
+    "Of the allocated memory 128.50 GiB is allocated by PyTorch,",
+    "with 3.23 GiB allocated in private pools (e.g., CUDA Graphs),",
+    "and 1.01 GiB is reserved by PyTorch but unallocated.",
+    "",
+    "Possible solutions:",
+    "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)",
+]
+
+
+def test_oom_sentences_on_their_own_lines_across_a_blank_line() -> None:
+    (m,) = parse_log(OOM_23769)
+    f = m.failure
+    assert f is not None and f.kind == "oom_during_capture" and f.gpu_index == 0
+    assert (f.tried_alloc_mib, f.free_mib) == (672.0, 200.75)
+    assert f.total_capacity_mib == pytest.approx(140.06 * 1024)  # 143421.44
+    assert f.in_use_mib == pytest.approx(139.86 * 1024)  # 143216.64, the only process listed
+    assert f.allocated_by_torch_mib == pytest.approx(128.5 * 1024)  # 131584.0
+    assert f.private_pools_mib == pytest.approx(3.23 * 1024)  # 3307.52
+    assert f.reserved_unallocated_mib == pytest.approx(1.01 * 1024)  # 1034.24
+    # outside torch = in use − allocated − reserved-unallocated = (139.86 − 128.50 − 1.01) GiB = 10.35 GiB
+    assert f.outside_torch_mib == pytest.approx(10.35 * 1024)
+    assert any("only process torch listed" in n for n in m.notes)
+
+
+def test_oom_blank_line_then_other_text_ends_the_message() -> None:
+    # The same start, but the line after the blank is not one of torch's sentences: nothing after it is read.
+    (m,) = parse_log([*OOM_23769[:3], "GPU note: 140.06 GiB of which 200.75 MiB is free."])
+    f = m.failure
+    assert f is not None and f.tried_alloc_mib == 672.0 and f.free_mib is None and f.total_capacity_mib is None
+    # Two blank lines end it too.
+    (m,) = parse_log([*OOM_23769[:3], "", *OOM_23769[3:]])
+    assert m.failure is not None and m.failure.total_capacity_mib is None
+
+
+def test_oom_several_processes_listed_leave_in_use_unknown() -> None:
+    n = parse_oom(
+        "CUDA out of memory. Tried to allocate 20.00 MiB. GPU 3 has a total capacity of 79.19 GiB of which 3.94 MiB "
+        "is free. Process 4242 has 10.00 GiB memory in use. Process 4343 has 69.17 GiB memory in use. Of the "
+        "allocated memory 60.10 GiB is allocated by PyTorch, and 1.20 GiB is reserved by PyTorch but unallocated."
+    )
+    assert n.in_use_mib is None and n.outside_torch_mib is None and n.free_mib == 3.94
+
+
 @pytest.mark.parametrize(
     ("line", "what"),
     [
