@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from profiler.logs import parse_log
-from profiler.logs.failures import evidence, failure_kind
+from profiler.logs.failures import DETAIL_CHARS, DETAIL_LINES, ExceptionDetail, FailureState, evidence, failure_kind
 from profiler.logs.oom import parse_oom
 
 # sglang-23602-t71.log, line 1 (the damage "PY            YTORCH" is verbatim and after the numbers).
@@ -185,3 +185,83 @@ def test_failure_kind_rules() -> None:
     assert failure_kind(oom=False, capture=False, phase=None, ready=False, timeout=True, bad_args=False) == "timeout"
     assert failure_kind(oom=False, capture=False, phase=None, ready=False, timeout=False, bad_args=True) == "bad_args"
     assert failure_kind(oom=False, capture=False, phase="kv_pool", **kw) == "crash"
+
+
+# tests/fixtures/logs-heldout/sglang-24650.log, lines 67-70: TVM's exception message continues on a second line.
+TVM_24650 = (
+    "tvm.error.InternalError: Tensor match failed for Tensor<126>[strides=<1>, dtype=int32, device=cuda:0] at "
+    "/workspace/sglang/python/sglang/jit_kernel/csrc/deepseek_v4/rope.cuh:130"
+)
+ROOT_24650 = "- Root cause: Size mismatch for shape#0('batch_size'): expected 128 but got 126"
+
+
+def _tail_state(line: int) -> FailureState:
+    fs = FailureState(line, "Scheduler hit an exception: Traceback (most recent call last):")
+    fs.absorb(evidence(TVM_24650))  # type: ignore[arg-type]
+    assert fs.failure.message == TVM_24650
+    return fs
+
+
+def test_exception_message_keeps_its_following_lines() -> None:
+    fs = _tail_state(67)
+    d = ExceptionDetail(fs, 67)
+    assert d.take(68, ROOT_24650) is True
+    assert d.take(69, "") is False  # the blank line ends it; the SIGQUIT record after it would too
+    assert fs.failure.message == f"{TVM_24650}\n{ROOT_24650}"
+    fs = _tail_state(67)
+    d = ExceptionDetail(fs, 67)
+    assert d.take(70, ROOT_24650) is False  # not the next line (the scanner skipped some): not the message's
+    assert d.take(68, "[2026-05-08 01:57:04] SIGQUIT received.", tagged=True) is False
+    assert (
+        d.take(68, '  File "x.py", line 1, in f') is False and d.take(68, "Traceback (most recent call last):") is False
+    )
+    assert d.take(68, "ValueError: another exception") is False  # evidence of its own
+    assert fs.failure.message == TVM_24650
+
+
+def test_exception_detail_is_bounded_and_yields_to_a_better_message() -> None:
+    fs = _tail_state(10)
+    d = ExceptionDetail(fs, 10)
+    assert all(d.take(11 + i, f"detail {i}") for i in range(DETAIL_LINES))
+    assert d.take(11 + DETAIL_LINES, "one more") is False
+    assert fs.failure.message.count("\n") == DETAIL_LINES == 4
+    d = ExceptionDetail(_tail_state(10), 10)
+    assert d.take(11, "x" * (DETAIL_CHARS + 1)) is False  # 600 characters at most
+    fs = _tail_state(10)
+    d = ExceptionDetail(fs, 10)
+    fs.absorb(evidence("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."))  # type: ignore[arg-type]
+    assert d.take(11, "GPU 0 has a total capacity of 79.15 GiB") is False  # the OOM line is the message now
+
+
+def test_traceback_through_an_sglang_process_entry_is_a_failure() -> None:
+    # tests/fixtures/logs-heldout/sglang-4489.log, lines 6-8: an untagged startup traceback, cut ("self.init_cu")
+    # before its exception line; its outermost frame is the scheduler process's entry, which logs and exits.
+    frame = (
+        '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 1748, in run_scheduler_process'
+    )
+    e = evidence(frame)
+    assert e is not None and e.what == "exception"
+    (m,) = parse_log([
+        "Traceback (most recent call last):",
+        frame,
+        "    scheduler = Scheduler(server_args, port_args, gpu_id, tp_rank, dp_rank)",
+        '  File "/sgl-workspace/sglang/python/sglang/srt/model_executor/model_runner.py", line 207, in initialize',
+        "    self.init_cu",
+    ])  # fmt: skip
+    assert m.failure is not None and m.failure.kind == "crash" and m.failure.line == 2
+    # A frame of the same name outside sglang, or any other function, is only a frame.
+    assert evidence('  File "/app/mine.py", line 3, in run_scheduler_process') is None
+    e = evidence('  File "/x/sglang/srt/managers/scheduler.py", line 9, in event_loop_normal')
+    assert e is None or e.what == "frame"
+
+
+def test_a_logged_traceback_record_is_sglangs_own_report() -> None:
+    # tests/fixtures/logs-heldout/sglang-1751.log, line 4 (0.3.x: the scheduler logs the bare traceback,
+    # "logger.error(get_exception_traceback())"); a bare "Traceback" line is only tentative.
+    from profiler.logs.prefixes import split_prefix
+
+    p = split_prefix("[2024-10-22 06:31:49 TP0] Traceback (most recent call last):")
+    e = evidence(p.msg, record=p.hms is not None)
+    assert e is not None and e.what == "exception"
+    e = evidence("Traceback (most recent call last):")
+    assert e is not None and e.what == "traceback"
