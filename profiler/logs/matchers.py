@@ -61,6 +61,7 @@ KEYWORDS: tuple[bytes, ...] = (
     b"sglang",
     b"launch_server",
     b"server_args={",
+    b"prefill size is adjusted",  # DP attention divided chunked_prefill_size (sglang's warning)
 )
 _REGEX_KEYWORDS = frozenset({rb"GB[^/]"})  # the others are literals
 
@@ -356,5 +357,3 @@ def default_matcher() -> ReMatcher:
                 raise
     _MATCHER = m or ReMatcher()
     return _MATCHER
-
-

@@ -82,6 +82,12 @@ _PROFILING = re.compile(r"(available_gpu_memory|total_gpu_memory|mem_fraction_st
 # [bytes_per_full_token=X,] available_bytes=X GB, [c128_state_fixed=X GB, c2_state_fixed=…, swa_fixed=…,
 # swa_ring_fixed=…, c4_state_fixed=X GB,] full_token=N" (0.5.13 → 0.5.23 add fields between; each read by name)
 _DSV4_FIELD = re.compile(r"\b(\w+)=(\d+(?:\.\d+)?)( GB)?(?=,|$)")
+# server_args under --enable-dp-attention divides chunked_prefill_size by the attention-DP width, after the memory
+# heuristic ran: "DP attention is enabled. The chunked prefill size is adjusted to 2048 to avoid MoE kernel
+# issues." (0.4.0 … 0.5.15) / "… chunked prefill size is adjusted from 8192 to 2048." (0.5.16+)
+_DP_CHUNK = re.compile(
+    r"^DP attention is enabled\. (?:The )?chunked prefill size is adjusted (?:from (-?\d+) )?to (-?\d+)"
+)
 _RESOLVED_SIZE = re.compile(r"\b(tp|dp|pp|ep|attn_dp)_size=(\d+)\b")
 _HF_SNAPSHOT = re.compile(r"^Found local HF snapshot for (\S+) at ")
 _HOST = re.compile(r"^Allocating (\d+(?:\.\d+)?) GB host memory for (.+?) ?[.(]")
@@ -364,6 +370,16 @@ def _dsv4(msg: str) -> Event | None:
     return Event("note", "kv_pool", details=det)
 
 
+def _dp_chunk(msg: str) -> Event | None:
+    m = _DP_CHUNK.match(msg)
+    if m is None:
+        return None
+    det = {"chunked_prefill_size_per_attn_dp": int(m.group(2))}
+    if m.group(1) is not None:
+        det["chunked_prefill_size_before_attn_dp"] = int(m.group(1))
+    return Event("resolved", details=det)
+
+
 def _init(msg: str) -> Event | None:
     if not msg.startswith("Init torch distributed"):
         return None
@@ -517,6 +533,7 @@ _BY_HEAD = {
     "[unified-memory-pool]": _unified,
     "DSv4": _dsv4,
     "DSV4": _dsv4,  # sglang's spelling (pool_configurator); "DSv4" in an earlier excerpt
+    "DP": _dp_chunk,
     "Init": _init,
     "Post-capture": _post,
     "Capture": _capture,
