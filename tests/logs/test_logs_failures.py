@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from profiler.logs import parse_log
 from profiler.logs.failures import DETAIL_CHARS, DETAIL_LINES, ExceptionDetail, FailureState, evidence, failure_kind
@@ -265,3 +267,16 @@ def test_a_logged_traceback_record_is_sglangs_own_report() -> None:
     assert e is not None and e.what == "exception"
     e = evidence("Traceback (most recent call last):")
     assert e is not None and e.what == "traceback"
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.text(st.characters(blacklist_characters="\n"), max_size=300), max_size=12))  # one line each
+def test_exception_detail_never_exceeds_its_bounds(lines: list[str]) -> None:
+    fs = _tail_state(1)
+    d = ExceptionDetail(fs, 1)
+    for i, s in enumerate(lines, start=2):
+        if not d.take(i, s):
+            break
+    extra = fs.failure.message[len(TVM_24650) :]
+    assert fs.failure.message.startswith(TVM_24650) and extra.count("\n") <= DETAIL_LINES
+    assert len(extra) <= DETAIL_CHARS + DETAIL_LINES  # the characters kept, plus one newline per line

@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from profiler.core.measurement import Measurement
 from profiler.logs import parse_log
@@ -176,3 +178,21 @@ def test_logging_format_around_the_ranks_is_a_record() -> None:
     assert (w0.after.free_mib, w0.usage_mib) == (124.19 * 1024, 13.73 * 1024)  # 127170.56, 14059.52
     assert (w1.after.free_mib, w1.usage_mib) == (117.93 * 1024, 19.99 * 1024)  # 120760.32, 20469.76
     assert any("pid 4198 → 289" in n for n in runs[1].notes)
+
+
+_TAG = st.builds(lambda k, n: f"{k}{n}", st.sampled_from(["TP", "PP", "DP", "EP"]), st.integers(0, 127))
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(_TAG, max_size=4, unique=True),
+    st.sampled_from(["INFO", "WARNING", "ERROR", "DEBUG"]),
+    st.integers(1, 4_000_000),
+    st.from_regex(r"[a-z_]{1,20}\.py", fullmatch=True),
+    st.integers(1, 99999),
+    st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc")), max_size=80),
+)
+def test_logging_record_round_trips(tags: list[str], level: str, pid: int, src: str, n: int, msg: str) -> None:
+    line = f"2025-07-24 17:23:00 {level} {pid} [ {' '.join(tags)} {src}:{n}] {msg}"
+    p = PrefixLearner().split(line)
+    assert (p.date, p.hms, p.label, p.pid, p.msg) == ("2025-07-24", "17:23:00", " ".join(tags), pid, msg)
