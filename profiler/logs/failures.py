@@ -233,7 +233,8 @@ OOM_FIELDS = (
 
 
 def _is_informative(message: str) -> bool:
-    return not (message.endswith("Traceback (most recent call last):") or message.endswith(":"))
+    """False for a header or a frame (a process entry's frame can open a failure): the exception line says more."""
+    return not (message.endswith(":") or message.startswith("File "))
 
 
 class OomWindow:

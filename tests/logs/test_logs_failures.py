@@ -280,3 +280,13 @@ def test_exception_detail_never_exceeds_its_bounds(lines: list[str]) -> None:
     extra = fs.failure.message[len(TVM_24650) :]
     assert fs.failure.message.startswith(TVM_24650) and extra.count("\n") <= DETAIL_LINES
     assert len(extra) <= DETAIL_CHARS + DETAIL_LINES  # the characters kept, plus one newline per line
+
+
+def test_exception_line_replaces_the_process_entry_frame_as_message() -> None:
+    (m,) = parse_log([
+        "Traceback (most recent call last):",
+        '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 1748, in run_scheduler_process',
+        "    scheduler = Scheduler(server_args, port_args, gpu_id, tp_rank, dp_rank)",
+        "ValueError: bad value",
+    ])  # fmt: skip
+    assert m.failure is not None and m.failure.message == "ValueError: bad value" and m.failure.line == 2
