@@ -4,7 +4,8 @@ A failure is usually spread over several lines: "[TP7] Scheduler hit an exceptio
 then the exception line ("Exception: Capture cuda graph failed: CUDA out of memory. Tried …"), then the
 launcher's "Received sigquit". Each line gives `Evidence`; `build` folds the evidence of one rank into
 one `Failure` (`FailureState`, kind decided at the end by `failure_kind`); `OomWindow` joins an OOM
-message that a paste wrapped over several lines.
+message that a paste wrapped over several lines; `ExceptionDetail` keeps the lines an exception's message
+continues on ("… rope.cuh:130" / "- Root cause: Size mismatch …").
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from profiler.logs.launchcmd import is_launch_command
 from profiler.logs.oom import is_complete
 from profiler.logs.patterns import GRAPH_PHASES, graph_phase
 
+DETAIL_LINES = 4  # an exception message's own further lines kept after its first (and DETAIL_CHARS characters)
+DETAIL_CHARS = 600
 OOM_WINDOW_LINES = 80  # a wrapped OOM message: at most this many lines (and OOM_WINDOW_CHARS) are joined
 OOM_WINDOW_CHARS = 3000
 # Evidence that a failure happened; a bare traceback ending in an exception line is only tentative.
@@ -62,8 +65,9 @@ _FRAME_PHASES = tuple(
 )
 
 
-def evidence(msg: str) -> Evidence | None:
-    """The failure evidence in one message (prefix already stripped), or None."""
+def evidence(msg: str, record: bool = False) -> Evidence | None:
+    """The failure evidence in one message (prefix already stripped), or None. `record`: the line is a record
+    of sglang's logger (it had a timestamp prefix)."""
     s = msg.strip()
     if not s:
         return None
@@ -80,7 +84,9 @@ def evidence(msg: str) -> Evidence | None:
     if " hit an exception" in s or s.startswith("Exception in run_tp_server"):
         return Evidence("exception", s)
     if s.startswith("Traceback (most recent call last)"):
-        return Evidence("traceback", s)
+        # As a logger record it is sglang's own report (0.3.x process entries log the bare traceback: see
+        # _PROCESS_ENTRIES); printed bare, only its exception line will say whether anything failed.
+        return Evidence("exception" if record else "traceback", s)
     if _TAIL.match(s):
         return Evidence("tail", s)
     if s.startswith("CUDA error") or "CUDA error:" in s:
@@ -123,10 +129,24 @@ def quoted_fraction(message: str) -> float | None:
     return v if 0.0 < v <= 1.0 else None
 
 
+# sglang's process entry points (0.3 → 0.5.23): each catches every exception, logs its traceback and signals the
+# launcher (0.3.4 scheduler.py: "except Exception: msg = get_exception_traceback(); logger.error(msg);
+# kill_parent_process()"). A traceback that runs through one is that process dying, even when the text is cut
+# before the exception line.
+_PROCESS_ENTRIES = frozenset({
+    "run_scheduler_process",
+    "run_data_parallel_controller_process",
+    "run_detokenizer_process",
+    "run_multi_detokenizer_router_process",
+})  # fmt: skip
+
+
 def _frame(s: str) -> Evidence | None:
     m = _FRAME.match(s)
     if m is None:
         return None
+    if m.group(2) in _PROCESS_ENTRIES and "sglang" in m.group(1):
+        return Evidence("exception", s)
     where = f"{m.group(1)} {m.group(2)}"
     if "server_args.py" in m.group(1):
         return Evidence("frame", s, bad_args=True)
@@ -213,7 +233,8 @@ OOM_FIELDS = (
 
 
 def _is_informative(message: str) -> bool:
-    return not (message.endswith("Traceback (most recent call last):") or message.endswith(":"))
+    """False for a header or a frame (a process entry's frame can open a failure): the exception line says more."""
+    return not (message.endswith(":") or message.startswith("File "))
 
 
 class OomWindow:
@@ -221,21 +242,35 @@ class OomWindow:
 
     A terminal or a paste wraps it at any width: lines are taken (without their prefix) until the text reaches
     torch's last figure, a line that is clearly not part of it (a new record, a traceback, a command), or
-    OOM_WINDOW_CHARS characters."""
+    OOM_WINDOW_CHARS characters. A reporter may also put each of torch's sentences on its own line with a blank
+    line between: one blank line is passed over when the line after it opens one of torch's sentences
+    (`_TORCH_SENTENCE`); two blank lines, or a blank line followed by other text, end the message."""
 
-    __slots__ = ("chars", "fs", "parts", "remaining")
+    __slots__ = ("chars", "fs", "gap", "parts", "remaining")
 
     def __init__(self, fs: FailureState, text: str) -> None:
         self.fs = fs
         self.parts = [text]
         self.remaining = OOM_WINDOW_LINES
         self.chars = len(text)
+        self.gap = False  # the previous line was blank
 
     def take(self, msg: str, tagged: bool = False) -> bool:
         """Append a continuation line (`msg` without its prefix; `tagged`: it has its own sglang record);
         False when the line is not part of the message (closes the window)."""
         s = msg.strip()
-        if tagged or not s or s.startswith(_NOT_OOM_TEXT) or is_launch_command(s) or _TAIL.match(s):
+        if tagged:
+            return False
+        if not s:
+            if self.gap:
+                return False
+            self.gap = True
+            self.remaining -= 1
+            return True
+        if self.gap and not _TORCH_SENTENCE.match(s):
+            return False
+        self.gap = False
+        if s.startswith(_NOT_OOM_TEXT) or is_launch_command(s) or _TAIL.match(s):
             return False
         self.parts.append(s)
         self.remaining -= 1
@@ -246,4 +281,49 @@ class OomWindow:
         return self.remaining <= 0 or self.chars > OOM_WINDOW_CHARS or is_complete("".join(self.parts))
 
 
+# How torch's OOM sentences begin (c10 CUDACachingAllocator: "Tried to allocate X. GPU N has a total capacity of
+# … is free. Process P has X memory in use. | Including non-PyTorch memory, this process has … Of the allocated
+# memory X is allocated by PyTorch, with X allocated in private pools …, and X is reserved by PyTorch but
+# unallocated. If reserved but unallocated memory is large …")
+_TORCH_SENTENCE = re.compile(
+    r"(?:Tried to allocate|GPU \d|Process \d|Including non-PyTorch|this process has|Of the allocated|with \d|and \d"
+    r"|If reserved but unallocated)"
+)
 _NOT_OOM_TEXT = ("[", "Traceback", "File ", "During handling", "The above exception", "$ ", "Capturing ", "Loading ")
+
+
+class ExceptionDetail:
+    """The lines right after an exception line that continue its message (a multi-line `str(exc)`: TVM's
+    "- Root cause: …", "Try to allocate 148 tokens." under "Decode out of memory"), joined to the failure's message.
+
+    Opened by the caller on a "tail" line that became the failure's message; it takes the following lines while
+    they are untagged, not blank, not failure evidence of their own (a traceback, a frame, another exception, a
+    sigquit) and not a command, at most DETAIL_LINES lines and DETAIL_CHARS characters; the first other line
+    closes it (and is read as usual)."""
+
+    __slots__ = ("chars", "fs", "head", "last", "lines")
+
+    def __init__(self, fs: FailureState, lineno: int) -> None:
+        self.fs = fs
+        self.head = fs.failure.message  # only a message that is still this exception line is extended
+        self.last = lineno  # the line taken last: only the very next line can continue the message
+        self.lines = 0
+        self.chars = 0
+
+    def take(self, lineno: int, msg: str, tagged: bool = False) -> bool:
+        """Join line `lineno` (`msg` without its prefix); False when it is not part of the message."""
+        s = msg.strip()
+        if lineno != self.last + 1 or tagged or not s:
+            return False
+        if self.lines >= DETAIL_LINES or self.chars + len(s) > DETAIL_CHARS:
+            return False
+        if s.startswith(_NOT_OOM_TEXT) or evidence(s) is not None or is_launch_command(s):
+            return False
+        f = self.fs.failure
+        if not f.message.startswith(self.head):
+            return False  # a more informative line (an OOM, a capture failure) took the message meanwhile
+        f.message = f"{f.message}\n{s}"[:2000]
+        self.last = lineno
+        self.lines += 1
+        self.chars += len(s)
+        return True

@@ -101,9 +101,12 @@ def _entry(tokens: list[str]) -> int | None:
 
 def _split(s: str) -> list[str]:
     try:
-        return shlex.split(s, comments=False, posix=True)
+        tokens = shlex.split(s, comments=False, posix=True)
     except ValueError:  # unbalanced quote (cut paste): fall back to whitespace, quotes stripped
-        return [t.strip("'\"") for t in s.split()]
+        tokens = [t.strip("'\"") for t in s.split()]
+    # A command quoted inline in Markdown ("`python -m sglang.launch_server … --page-size 64`"): the backticks
+    # are the quote, not part of the first and last words.
+    return [u for t in tokens if (u := t.strip("`"))]
 
 
 def _after_entry(tokens: list[str], i: int) -> int:

@@ -69,6 +69,7 @@ KEYWORDS: tuple[bytes, ...] = (
     b"xlarge",
     b"gpu-",
     b"g2-standard",
+    b"prefill size is adjusted",  # DP attention divided chunked_prefill_size (sglang's warning)
 )
 _REGEX_KEYWORDS = frozenset({rb"GB[^/]"})  # the others are literals
 
@@ -364,5 +365,3 @@ def default_matcher() -> ReMatcher:
                 raise
     _MATCHER = m or ReMatcher()
     return _MATCHER
-
-

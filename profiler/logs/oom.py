@@ -5,8 +5,10 @@ kept and converted (GiB ×1024, KiB /1024, bytes /2**20). Users paste this messa
 quote marks or duplicated characters, so every field is read on its own with whitespace-tolerant
 patterns (text joined without separators still matches), and a field that is damaged is simply absent.
 Formats: torch ≥ 2.1 ("GPU 0 has a total capacity of …", 2.1 spelled it "capacty"; "with X allocated in
-private pools" when CUDA graphs hold memory) and torch ≤ 2.0 ("(GPU 0; X total capacity; …)"; torch_npu still
-prints it: "(NPU 1; …; X current active; …)").
+private pools" when CUDA graphs hold memory; "Including non-PyTorch memory, this process has X memory in use" or,
+where NVML works, one "Process P has X memory in use" per process on the GPU, read as in use only when it is the
+only one listed) and torch ≤ 2.0 ("(GPU 0; X total capacity; …)"; torch_npu still prints it: "(NPU 1; …; X
+current active; …)").
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ _TOTAL = re.compile(
 )
 _FREE = re.compile(_p("of which") + r"\s*" + _SIZE + r"\s*" + _p("is free"))
 _IN_USE = re.compile(_p("this process has") + r"\s*" + _SIZE + r"\s*" + _p("memory in use"))
+# With NVML, torch lists every process on the GPU instead: "Process 1939284 has 139.86 GiB memory in use."
+_PROCESS = re.compile(_p("Process") + r"\s*\d+\s*" + _p("has") + r"\s*" + _SIZE + r"\s*" + _p("memory in use"))
 _ALLOC = re.compile(_p("Of the allocated memory") + r"\s*" + _SIZE + r"\s*" + _p("is allocated by PyTorch"))
 _PRIVATE = re.compile(
     r"(?:with\s*" + _SIZE + r"\s*" + _p("allocated in private pools") + r"|" + _SIZE + r"\s*"
@@ -103,6 +107,11 @@ def parse_oom(text: str) -> OomNumbers:
     if private is not None:
         priv = _size(private, 1) if private.group(1) else _size(private, 3)
     in_use, alloc = _size(_IN_USE.search(text)), _size(_ALLOC.search(text))
+    if in_use is None:
+        procs = _PROCESS.findall(text)
+        if len(procs) == 1:  # several processes: which one raised is not said
+            in_use = mib(*procs[0])
+            notes.append("OOM 'in use' read from the only process torch listed ('Process N has X memory in use')")
     unalloc = _size(_RESERVED.search(text))
     outside = None
     if in_use is not None and alloc is not None and unalloc is not None:

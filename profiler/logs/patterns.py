@@ -78,7 +78,16 @@ _POST = re.compile(r"(#tokens|max_total_num_tokens|KV size|avail mem|free memory
 _POST_RUNNING = re.compile(r"max_running_requests (\d+) -> (\d+)")
 _POST_CANARY = re.compile(r"workspace (\d+(?:\.\d+)?) GB")
 _PROFILING = re.compile(r"(available_gpu_memory|total_gpu_memory|mem_fraction_static|rest_memory)=(\d+(?:\.\d+)?)")
-_DSV4 = re.compile(r"(?:bytes_per_full_token=(\d+(?:\.\d+)?), )?available_bytes=(\d+(?:\.\d+)?) GB, full_token=(\d+)")
+# pool_configurator's "DSV4 memory calculation: [unified=…, unified_fp8=…, dspark_draft_bf16=…,]
+# [bytes_per_full_token=X,] available_bytes=X GB, [c128_state_fixed=X GB, c2_state_fixed=…, swa_fixed=…,
+# swa_ring_fixed=…, c4_state_fixed=X GB,] full_token=N" (0.5.13 → 0.5.23 add fields between; each read by name)
+_DSV4_FIELD = re.compile(r"\b(\w+)=(\d+(?:\.\d+)?)( GB)?(?=,|$)")
+# server_args under --enable-dp-attention divides chunked_prefill_size by the attention-DP width, after the memory
+# heuristic ran: "DP attention is enabled. The chunked prefill size is adjusted to 2048 to avoid MoE kernel
+# issues." (0.4.0 … 0.5.15) / "… chunked prefill size is adjusted from 8192 to 2048." (0.5.16+)
+_DP_CHUNK = re.compile(
+    r"^DP attention is enabled\. (?:The )?chunked prefill size is adjusted (?:from (-?\d+) )?to (-?\d+)"
+)
 _RESOLVED_SIZE = re.compile(r"\b(tp|dp|pp|ep|attn_dp)_size=(\d+)\b")
 _HF_SNAPSHOT = re.compile(r"^Found local HF snapshot for (\S+) at ")
 _HOST = re.compile(r"^Allocating (\d+(?:\.\d+)?) GB host memory for (.+?) ?[.(]")
@@ -345,14 +354,30 @@ def _unified(msg: str) -> Event | None:
 
 
 def _dsv4(msg: str) -> Event | None:
-    m = _DSV4.search(msg)
+    if " memory calculation:" not in msg[:30]:
+        return None
+    fields = {k: (v, gb) for k, v, gb in _DSV4_FIELD.findall(msg)}
+    avail, full = fields.get("available_bytes"), fields.get("full_token")
+    if avail is None or not avail[1] or full is None or full[1] or "." in full[0]:
+        return None  # 0.5.12 printed only the pool sizes (c4=, c128=, …): no budget in it
+    det: dict[str, Any] = {"budget_gib": float(avail[0]), "kv_tokens": int(full[0]),
+                           "dsv4_available_bytes_gib": float(avail[0])}  # fmt: skip
+    if "bytes_per_full_token" in fields:
+        det["dsv4_bytes_per_full_token"] = float(fields["bytes_per_full_token"][0])
+    for k, (v, gb) in fields.items():
+        if k.endswith("_fixed") and gb:  # what the configurator set aside before sizing the full-token pool
+            det[f"dsv4_{k}_gib"] = float(v)
+    return Event("note", "kv_pool", details=det)
+
+
+def _dp_chunk(msg: str) -> Event | None:
+    m = _DP_CHUNK.match(msg)
     if m is None:
         return None
-    det: dict[str, Any] = {"budget_gib": float(m.group(2)), "kv_tokens": int(m.group(3)),
-                           "dsv4_available_bytes_gib": float(m.group(2))}  # fmt: skip
-    if m.group(1):
-        det["dsv4_bytes_per_full_token"] = float(m.group(1))
-    return Event("note", "kv_pool", details=det)
+    det = {"chunked_prefill_size_per_attn_dp": int(m.group(2))}
+    if m.group(1) is not None:
+        det["chunked_prefill_size_before_attn_dp"] = int(m.group(1))
+    return Event("resolved", details=det)
 
 
 def _init(msg: str) -> Event | None:
@@ -507,6 +532,8 @@ _BY_HEAD = {
     "Use": _use,
     "[unified-memory-pool]": _unified,
     "DSv4": _dsv4,
+    "DSV4": _dsv4,  # sglang's spelling (pool_configurator); "DSv4" in an earlier excerpt
+    "DP": _dp_chunk,
     "Init": _init,
     "Post-capture": _post,
     "Capture": _capture,

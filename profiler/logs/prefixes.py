@@ -22,6 +22,13 @@ _PREFIX = re.compile(
     r"\[(?P<ts>(?P<date>\d{4}-\d\d-\d\d)?[ T]?(?P<hms>\d\d:\d\d:\d\d)(?:[.,]\d+)?)"
     r"(?P<ranks>(?: +[A-Z][A-Z_]*\d+)*) *\] ?"
 )
+# A deployment's own Python logging format around sglang's ranks: "2025-07-24 17:23:00 INFO 4198 [ TP0 PP0
+# model_runner.py:701] msg" (asctime, level, process id, then a bracket of the rank tags and the source file:line).
+# The source location is what marks it as a logging record (a bracket of rank tags alone could be prose).
+_LOGGING = re.compile(
+    r"(?P<date>\d{4}-\d\d-\d\d)[ T](?P<hms>\d\d:\d\d:\d\d)(?:[.,]\d+)? +(?:[A-Z]{3,8} +)?(?:(?P<pid>\d+) +)?"
+    r"\[(?P<ranks>(?: *[A-Z][A-Z_]*\d+)*) *[\w.-]+\.py:\d+ *\] ?"
+)
 _RANK_TOKEN = re.compile(r"([A-Z][A-Z_]*?)(\d+)$")
 
 
@@ -160,7 +167,12 @@ class PrefixLearner:
 
 
 def _find_record(text: str) -> re.Match[str] | None:
-    """The sglang record in a line: the last of a run of adjacent records starting within MAX_LEAD."""
+    """The sglang record in a line: the last of a run of adjacent records starting within MAX_LEAD (or a
+    deployment's logging record around sglang's ranks, `_LOGGING`)."""
+    if ".py:" in text[:MAX_LEAD]:
+        g = _LOGGING.search(text, 0, MAX_LEAD + 80)
+        if g is not None and g.start() < MAX_LEAD:
+            return g
     i = text.find("[", 0, MAX_LEAD)
     while i >= 0:
         m = _PREFIX.match(text, i)
@@ -177,7 +189,8 @@ def _find_record(text: str) -> re.Match[str] | None:
 def _prefixed(m: re.Match[str], text: str, lead: str) -> Prefixed:
     ranks = m.group("ranks")
     label = " ".join(ranks.split()) if ranks else ""
-    return Prefixed(m.group("date"), m.group("hms"), label, text[m.end() :], lead, _pid(lead))
+    pid = m.groupdict().get("pid")
+    return Prefixed(m.group("date"), m.group("hms"), label, text[m.end() :], lead, int(pid) if pid else _pid(lead))
 
 
 def _pid(lead: str) -> int | None:
@@ -256,4 +269,3 @@ def rank_numbers(label: str) -> dict[str, int]:
         if m and m.group(1) in ("TP", "DP", "PP", "EP"):
             out[m.group(1).lower()] = int(m.group(2))
     return out
-

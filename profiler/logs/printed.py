@@ -16,6 +16,7 @@ bound unless nothing can have capped it; the log's 0.01 GB printing gives it an 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 from profiler.core.measurement import Measurement, Phase, Rank
@@ -30,8 +31,11 @@ MIN_IMPLIED = 0.3
 RESOLVED_AFTER_HEURISTIC = ("max_running_requests",)
 
 
-def log_args(m: Measurement) -> tuple[dict[str, Any], dict[str, str], list[str]]:
-    """(args the lines print that server_args/command left out, their origins, notes)."""
+def log_args(
+    m: Measurement, resolved: Mapping[str, tuple[int, int]] | None = None
+) -> tuple[dict[str, Any], dict[str, str], list[str]]:
+    """(args the lines print that server_args/command left out, their origins, notes). `resolved`: what sglang's
+    own warnings said it resolved (key → (value, line)), as the log builder collected them."""
     a = m.args
     out: dict[str, Any] = {}
     frm: dict[str, str] = {}
@@ -42,6 +46,9 @@ def log_args(m: Measurement) -> tuple[dict[str, Any], dict[str, str], list[str]]
             return
         out[key] = value
         frm[key] = where
+
+    if resolved and "chunked_prefill_size_per_attn_dp" in resolved:
+        notes.append(_dp_chunk(a, resolved, put))
 
     graph_cfg = "cuda_graph_config" in a
     for r in _ranks_primary_first(m):
@@ -93,6 +100,31 @@ def log_args(m: Measurement) -> tuple[dict[str, Any], dict[str, str], list[str]]
                      "(EAGLE, EAGLE3 and NEXTN size alike in every rule set; STANDALONE would differ in "
                      "0.5.12–0.5.13)")  # fmt: skip
     return out, frm, notes
+
+
+def _dp_chunk(a: dict[str, Any], resolved: Mapping[str, tuple[int, int]], put: Callable[[str, Any, str], None]) -> str:
+    """sglang's "chunked prefill size is adjusted [from X] to Y" (DP attention): Y is per DP rank, divided after
+    the memory heuristic ran (server_args: _handle_gpu_memory_settings, then _handle_data_parallelism; 0.5.23's
+    parallel_hook says so), so the heuristic's chunked_prefill_size is X — printed (0.5.16+) or Y × attn_dp."""
+    y, line = resolved["chunked_prefill_size_per_attn_dp"]
+    attn_dp = _attn_dp(a)
+    before = resolved.get("chunked_prefill_size_before_attn_dp")
+    if before is not None:
+        x: int | None = before[0]
+        how = f"log line {line} (sglang: adjusted from {x} to {y} for DP attention)"
+    elif attn_dp > 1:
+        x = y * attn_dp
+        how = f"log line {line} ({y} per DP rank × attn_dp {attn_dp}; at most {attn_dp - 1} more before the division)"
+    else:
+        x, how = None, ""
+    put("chunked_prefill_size", x, how)
+    have = a.get("chunked_prefill_size", x)
+    said = f"sglang divided chunked_prefill_size for DP attention at line {line}: {y} per DP rank"
+    if have == y and attn_dp > 1:
+        return f"{said}; the value read ({have}) is that per-rank part, the memory heuristic saw {x}"
+    if x is not None and have is not None and have // max(attn_dp, 1) != y and have != x:
+        return f"{said}, which does not follow from the {have} read (÷ attn_dp {attn_dp})"
+    return f"{said}, after the memory heuristic, which saw the undivided {have}"
 
 
 def _ranks_primary_first(m: Measurement) -> list[Rank]:

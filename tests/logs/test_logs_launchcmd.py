@@ -100,3 +100,21 @@ def test_arg_names_and_values() -> None:
 
 def test_sglangs_own_usage_hint_is_not_a_launch_command():
     assert not is_launch_command("  Example: sglang serve --model-path <model> [options]")
+
+
+def test_command_quoted_inline_in_markdown_backticks() -> None:
+    # tests/fixtures/logs-heldout/sglang-4602.log, line 12 (and sglang-565.log line 2): the backticks quote the
+    # whole command; they are not part of "python" or of the last value.
+    cmd = parse_launch_command(
+        "`python -m sglang.launch_server  --mem-fraction-static 0.90  --model-path <deepseek-v3/deeseek-r1> "
+        "--trust-remote-code --tp-size 8 --disable-cuda-graph  --page-size 64`"
+    )
+    assert cmd is not None
+    assert (cmd.args["mem_fraction_static"], cmd.args["tp_size"], cmd.args["page_size"]) == (0.9, 8, 64)
+    assert cmd.args["disable_cuda_graph"] is True and cmd.args["model_path"] == "<deepseek-v3/deeseek-r1>"
+    assert cmd.leftovers == ()
+    (m,) = parse_log([
+        "`python -m sglang.launch_server --model-path /mnt/ebs_volume/models/llama/llama-3-8b-instruct --tp-size=4 "
+        "--mem-fraction-static=0.75 --port 30000 --enable-flashinfer`"
+    ])  # fmt: skip
+    assert (m.args["tp_size"], m.args["mem_fraction_static"], m.args["port"]) == (4, 0.75, 30000)

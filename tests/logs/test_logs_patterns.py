@@ -147,6 +147,29 @@ def test_kv_dtype_memory_pool_end_and_budget_lines() -> None:
         "dsv4_available_bytes_gib": 45.78,
         "dsv4_bytes_per_full_token": 15955.85,
     }
+    # tests/fixtures/logs-heldout/repo_unknown_dsv4-flash-w4a8_ascend910b_dp4.log, line 19 (sglang's "DSV4" spelling,
+    # 0.5.16+ field c128_state_fixed between available_bytes and full_token)
+    e = ev(
+        "[2026-08-10 09:47:28 DP0 TP0 EP0] DSV4 memory calculation: bytes_per_full_token=7705.45, available_bytes=6.16 "
+        "GB, c128_state_fixed=0.04 GB, full_token=8529"
+    )
+    assert (e.kind, e.phase) == ("note", "kv_pool")
+    assert e.details == {
+        "budget_gib": 6.16,
+        "kv_tokens": 8529,
+        "dsv4_available_bytes_gib": 6.16,
+        "dsv4_bytes_per_full_token": 7705.45,
+        "dsv4_c128_state_fixed_gib": 0.04,
+    }
+    # 0.5.23's line (pool_configurator.py): flags first, five fixed parts; 0.5.12's sizes-only line carries no budget
+    e = ev(
+        "[2026-09-01 10:00:00 TP0] DSV4 memory calculation: unified=True, unified_fp8=False, dspark_draft_bf16=False, "
+        "bytes_per_full_token=15955.85, available_bytes=45.78 GB, c128_state_fixed=0.50 GB, c2_state_fixed=0.00 GB, "
+        "swa_fixed=1.25 GB, swa_ring_fixed=0.10 GB, c4_state_fixed=0.20 GB, full_token=2920448"
+    )
+    assert (e.details["budget_gib"], e.details["kv_tokens"]) == (45.78, 2920448)
+    assert (e.details["dsv4_swa_fixed_gib"], e.details["dsv4_c4_state_fixed_gib"]) == (1.25, 0.2)
+    assert classify("DSV4 memory calculation: c4=1024, c128=64, c4_state=8, c128_state=8") is None
     e = ev(
         "[2026-05-15 09:09:53 TP0] Memory profiling: available_gpu_memory=57.01 GB, total_gpu_memory=93.58 GB, "
         "mem_fraction_static=0.60, rest_memory=19.58 GB"

