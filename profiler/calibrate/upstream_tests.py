@@ -13,9 +13,9 @@ every reader uses), so the module and `calibrate --emit-patch`'s patch travel to
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import pprint
 import sys
 import tempfile
 from collections.abc import Callable
@@ -141,9 +141,9 @@ def arithmetic(r: Reservation) -> list[str]:
         raise MemfracError("multimodal models are not in the upstream-tests grid (the VLM scaling multiplies)")
     pre = [t for t in on if t.name in PRE_FLOOR_TERMS]
     post = [t for t in on if t.name in POST_FLOOR_TERMS]
-    lines = [f"{'  ' if i == 0 else '+ '}{t.name} {_g(t.mib)} MiB ({t.reason})" for i, t in enumerate(pre)]
+    lines = [f"{'  ' if i == 0 else '+ '}{t.name:<18}{_g(t.mib):>7} MiB  {t.reason}" for i, t in enumerate(pre)]
     pre_sum = sum(t.mib for t in pre)
-    lines.append(f"= {_g(pre_sum)} MiB")
+    lines.append(f"= {'':<18}{_g(pre_sum):>7} MiB")
     total = pre_sum
     if gpu > FLOOR_GPU_MIB:
         total = max(pre_sum, FLOOR_MIB)
@@ -152,7 +152,7 @@ def arithmetic(r: Reservation) -> list[str]:
         lines.append(f"no floor ({gpu} MiB ≤ 60 GiB)")
     for t in post:
         total += t.mib
-        lines.append(f"+ {t.name} {_g(t.mib)} MiB after the floor ({t.reason}) = {_g(total)} MiB")
+        lines.append(f"+ {t.name:<18}{_g(t.mib):>7} MiB  after the floor: {t.reason} -> {_g(total)} MiB")
     exact = (gpu - total) / gpu
     frac = round(exact, 3)
     lines.append(f"round(({gpu} - {_g(total)}) / {gpu}, 3) = round({exact:.5f}, 3) = {frac}")
@@ -363,6 +363,8 @@ def model_dirs(tmp_path_factory):
     return dirs
 '''
 
+_CAPACITY_READERS = ("get_device_memory_capacity", "get_nvgpu_memory_capacity")
+_CAPACITY_ORIGINS = ("sglang.srt.utils", "sglang.srt.utils.common")
 _READ_NEW = """    # Resolution writes its results beside the fields, not into them.
     return resolution_result(server_args, "mem_fraction_static")"""
 _READ_OLD = """    return server_args.mem_fraction_static"""
@@ -402,8 +404,7 @@ def _docstring(
         out += [
             f"Calibration: {Path(calibration).name} (`memfrac calibrate --out`): the expected values are the ones",
             "the calibrated constants give, i.e. sglang with `memfrac calibrate --emit-patch`'s memory_hook.py patch",
-            f"applied. The patch changes {len(changed)} of the {len(cases)} cases"
-            + (":" if changed else "."),
+            f"applied. The patch changes {len(changed)} of the {len(cases)} cases" + (":" if changed else "."),
         ]
         out += [f"    {c.id}: {c.reservation.mem_fraction_static} -> {c.expected} "
                 f"({c.expected - c.reservation.mem_fraction_static:+.3f})" for c in changed]  # fmt: skip
@@ -429,8 +430,29 @@ def _docstring(
     return "\n".join(out)
 
 
+def _py(v: Any, indent: int = 0) -> str:
+    """A Python literal the way black writes it: double quotes, one item a line when it does not fit."""
+    pad = " " * indent
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, bool) or v is None or isinstance(v, int | float):
+        return repr(v)
+    if isinstance(v, dict):
+        items = [f"{json.dumps(k)}: {_py(x, indent + 4)}" for k, x in v.items()]
+        open_, close = "{", "}"
+    elif isinstance(v, list | tuple):
+        items = [_py(x, indent + 4) for x in v]
+        open_, close = ("[", "]") if isinstance(v, list) else ("(", ")")
+    else:
+        raise TypeError(type(v))
+    flat = open_ + ", ".join(items) + ("," if isinstance(v, tuple) and len(items) == 1 else "") + close
+    if len(flat) + indent <= 80 and "\n" not in flat:
+        return flat
+    return open_ + "\n" + "".join(f"{pad}    {x},\n" for x in items) + pad + close
+
+
 def _literal(name: str, value: Any) -> str:
-    return f"{name} = " + pprint.pformat(value, width=110, sort_dicts=False) + "\n"
+    return f"{name} = {_py(value)}\n"
 
 
 def render(
@@ -443,9 +465,10 @@ def render(
     register_cpu_ci: bool = False,
 ) -> str:
     """The pytest module's text (sglang's style: license header, docstring, helpers, one parametrized test)."""
-    capacity = tuple(p for p in patches if p.rsplit(".", 1)[-1] in ("get_device_memory_capacity",
-                                                                      "get_nvgpu_memory_capacity"))  # fmt: skip
-    unknown = [p for p in patches if p not in capacity and not p.endswith(".default_prefill_backend")]
+    readers = [p for p in patches if p.rsplit(".", 1)[-1] in _CAPACITY_READERS]
+    # the resolver's lookups of the capacity, not its definition (sglang.srt.utils.common, re-exported by utils)
+    capacity = tuple(p for p in readers if p.rsplit(".", 1)[0] not in _CAPACITY_ORIGINS)
+    unknown = [p for p in patches if p not in readers and not p.endswith(".default_prefill_backend")]
     if unknown:
         raise MemfracError(f"internal: the resolver patched {unknown[0]}, which the generated module does not")
     new_read = _has_resolution_result(release)
@@ -474,12 +497,12 @@ def render(
     for c in cases:
         parts.append(_case_text(c))
     parts.append("]\n")
-    parts.append('''
+    parts.append("""
 @pytest.mark.parametrize(("gpu", "model", "argv", "expected"), CASES)
 def test_mem_fraction_static(model_dirs, gpu, model, argv, expected):
     argv = ["--model-path", model_dirs[model], *argv]
     assert _resolved_mem_fraction_static(argv, GPU_MEM_MB[gpu]) == expected
-''')
+""")
     return "\n".join(parts)
 
 
@@ -493,19 +516,14 @@ def _case_text(c: Case) -> str:
     body = [f"    # {x}" for x in lines]
     body += [
         "    pytest.param(",
-        f"        {c.gpu!r},",
-        f"        {c.model!r},",
-        f"        {_list(list(c.argv))},",
+        f"        {json.dumps(c.gpu)},",
+        f"        {json.dumps(c.model)},",
+        f"        {_py(list(c.argv), 8)},",
         f"        {c.expected!r},",
-        f"        id={c.id!r},",
+        f"        id={json.dumps(c.id)},",
         "    ),",
     ]
     return "\n".join(body)
-
-
-def _list(argv: list[str]) -> str:
-    text = "[" + ", ".join(json.dumps(a) for a in argv) + "]"
-    return text if len(text) <= 80 else "[\n" + "".join(f"            {json.dumps(a)},\n" for a in argv) + "        ]"
 
 
 # ------------------------------------------------------------------------------------------------ the command
@@ -524,8 +542,15 @@ def run_upstream_tests(out: str, release: str | None, calibration: str | None, g
     n = len(grid(grid_name))
     print(f"upstream-tests: {n} cases of the {grid_name} grid, confirming each with sglang {rel}'s resolver "
           "(one subprocess; importing sglang takes a while)", file=sys.stderr)  # fmt: skip
-    with bar(total=n, what=f"sglang {rel} resolver", unit="cases") as b:
-        m = generate(rel, grid_name, calibration, progress=lambda done, total: b.update(done))
+    with contextlib.ExitStack() as stack:
+        live: list[Any] = []
+
+        def report(done: int, total: int) -> None:  # the bar starts with the first case, after sglang's import
+            if not live:
+                live.append(stack.enter_context(bar(total=total, what=f"sglang {rel} resolver", unit="cases")))
+            live[0].update(done)
+
+        m = generate(rel, grid_name, calibration, progress=report)
     for cid, why in m.left_out:
         print(f"upstream-tests: left out {cid}: {why}", file=sys.stderr)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
