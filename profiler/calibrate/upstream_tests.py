@@ -97,6 +97,7 @@ class Module:
     cases: tuple[Case, ...]
     left_out: tuple[tuple[str, str], ...]  # (case id, why)
     patches: tuple[str, ...]  # what the module patches, as the oracle reported it for this release
+    not_carried: tuple[tuple[str, str], ...] = ()  # (term, why) of a calibration's terms the patch leaves as today
 
 
 def grid(name: str) -> list[tuple[str, str, str, Scenario]]:
@@ -128,6 +129,10 @@ def _g(x: float) -> str:
     return f"{x:,.6g}" if abs(x) >= 1e6 else f"{x:g}"
 
 
+#: Resolution steps that switch a term off or reshape it before the sum (the others are in the terms' words).
+_STEPS_SHOWN = ("pd_hook", "graph_compat", "role_gating", "deepep_bucket_alignment")
+
+
 def arithmetic(r: Reservation) -> list[str]:
     """sglang's sum for one case in words: each term in MiB, the floor, what is added after it, the rounding.
 
@@ -141,7 +146,8 @@ def arithmetic(r: Reservation) -> list[str]:
         raise MemfracError("multimodal models are not in the upstream-tests grid (the VLM scaling multiplies)")
     pre = [t for t in on if t.name in PRE_FLOOR_TERMS]
     post = [t for t in on if t.name in POST_FLOOR_TERMS]
-    lines = [f"{'  ' if i == 0 else '+ '}{t.name:<18}{_g(t.mib):>7} MiB  {t.reason}" for i, t in enumerate(pre)]
+    lines = [f"({st.detail})" for st in r.steps if st.name in _STEPS_SHOWN]
+    lines += [f"{'  ' if i == 0 else '+ '}{t.name:<18}{_g(t.mib):>7} MiB  {t.reason}" for i, t in enumerate(pre)]
     pre_sum = sum(t.mib for t in pre)
     lines.append(f"= {'':<18}{_g(pre_sum):>7} MiB")
     total = pre_sum
@@ -152,7 +158,7 @@ def arithmetic(r: Reservation) -> list[str]:
         lines.append(f"no floor ({gpu} MiB ≤ 60 GiB)")
     for t in post:
         total += t.mib
-        lines.append(f"+ {t.name:<18}{_g(t.mib):>7} MiB  after the floor: {t.reason} -> {_g(total)} MiB")
+        lines += [f"+ {t.name:<18}{_g(t.mib):>7} MiB  {t.reason}", f"= {'':<18}{_g(total):>7} MiB"]
     exact = (gpu - total) / gpu
     frac = round(exact, 3)
     lines.append(f"round(({gpu} - {_g(total)}) / {gpu}, 3) = round({exact:.5f}, 3) = {frac}")
@@ -177,6 +183,22 @@ def calibrated_arithmetic(c: Case) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------------ generation
+def carried(cal: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """The calibration as `calibrate --emit-patch` carries it: a term whose evidence says the patch leaves it
+    (`"patch": false`, e.g. too few runs, or held-out runs it would under-reserve) keeps today's constant, so the
+    module expects what sglang computes with the patch applied. A term without evidence (a hand-written file)
+    is taken as given. Returns (the calibration to apply, [(term, why it stays as today)])."""
+    terms, out = {}, []
+    for term, entry in cal["terms"].items():
+        ev = entry.get("evidence") or {}
+        refused = [f"{fit}: {e.get('patch_note', 'not carried')}" for fit, e in ev.items() if e.get("patch") is False]
+        if refused:
+            out.append((term, "; ".join(refused)))
+        else:
+            terms[term] = entry
+    return {**cal, "terms": terms}, out
+
+
 def _release_path(release: str) -> list[str]:
     """PYTHONPATH for the release's resolver: [] for the installed sglang, its side-by-side directory otherwise."""
     from profiler.engine.validation import installed_version, releases_dir, side_by_side
@@ -252,11 +274,11 @@ def generate(
     """Build every case with memfrac, confirm them all with the release's real resolver (one subprocess), render."""
     from profiler.engine.oracle import resolve_batch_subprocess
 
-    cal = None
+    cal, kept_out = None, []
     if calibration is not None:
         from profiler.calibrate.codec import load_calibration
 
-        cal = load_calibration(calibration)
+        cal, kept_out = carried(load_calibration(calibration))
     path = _release_path(release)
     cases, left = build_cases(release, grid_name, cal)
     with tempfile.TemporaryDirectory(prefix="memfrac-upstream-") as tmp:
@@ -277,8 +299,8 @@ def generate(
     if not kept:
         raise MemfracError(f"no case of the {grid_name} grid was confirmed by sglang {release}: " + "; ".join(
             f"{i}: {w}" for i, w in left[:3]))  # fmt: skip
-    text = render(kept, left, release, grid_name, patches, calibration, _has_register_cpu_ci(path))
-    return Module(text, release, grid_name, tuple(kept), tuple(left), patches)
+    text = render(kept, left, release, grid_name, patches, calibration, _has_register_cpu_ci(path), kept_out)
+    return Module(text, release, grid_name, tuple(kept), tuple(left), patches, tuple(kept_out))
 
 
 def _has_register_cpu_ci(path: list[str]) -> bool:
@@ -376,7 +398,12 @@ def _has_resolution_result(release: str) -> bool:
 
 
 def _docstring(
-    cases: list[Case], left: list[tuple[str, str]], release: str, grid_name: str, calibration: str | None
+    cases: list[Case],
+    left: list[tuple[str, str]],
+    release: str,
+    grid_name: str,
+    calibration: str | None,
+    not_carried: list[tuple[str, str]] | tuple[tuple[str, str], ...] = (),
 ) -> str:
     modes = {m: sum(c.scenario.mode == m for c in cases) for m in MODES}
     cmd = f"memfrac upstream-tests --out FILE --rules {release} --grid {grid_name}" + (
@@ -408,6 +435,9 @@ def _docstring(
         ]
         out += [f"    {c.id}: {c.reservation.mem_fraction_static} -> {c.expected} "
                 f"({c.expected - c.reservation.mem_fraction_static:+.3f})" for c in changed]  # fmt: skip
+        if not_carried:
+            out.append("Terms the patch leaves as they are (so do these tests):")
+            out += [f"    {t}: {why}" for t, why in not_carried]
     out += [
         "",
         "Every expected value was computed term by term by memfrac and confirmed by sglang " + release + "'s own",
@@ -463,6 +493,7 @@ def render(
     patches: tuple[str, ...],
     calibration: str | None = None,
     register_cpu_ci: bool = False,
+    not_carried: list[tuple[str, str]] | tuple[tuple[str, str], ...] = (),
 ) -> str:
     """The pytest module's text (sglang's style: license header, docstring, helpers, one parametrized test)."""
     readers = [p for p in patches if p.rsplit(".", 1)[-1] in _CAPACITY_READERS]
@@ -472,7 +503,7 @@ def render(
     if unknown:
         raise MemfracError(f"internal: the resolver patched {unknown[0]}, which the generated module does not")
     new_read = _has_resolution_result(release)
-    parts = [_LICENSE + _docstring(cases, left, release, grid_name, calibration), ""]
+    parts = [_LICENSE + _docstring(cases, left, release, grid_name, calibration, not_carried), ""]
     parts.append("import argparse\nimport contextlib\nimport importlib\nimport json\n"
                  "from unittest.mock import patch\n\nimport pytest\n")  # fmt: skip
     if new_read:
