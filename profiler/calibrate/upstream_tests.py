@@ -212,8 +212,7 @@ def _release_path(release: str) -> list[str]:
     if d is None or d.name != release:
         raise MemfracError(
             f"--rules {release}: sglang {release} is neither the installed sglang ({installed}) nor installed side by "
-            f"side in {releases_dir()} (make old-releases, or scripts/install-release.sh {release} DIR with "
-            "MEMFRAC_SGLANG_RELEASES=DIR's parent)"
+            f"side in {releases_dir()} (make old-releases; MEMFRAC_SGLANG_RELEASES names another directory of them)"
         )  # fmt: skip
     return [str(d)]
 
@@ -570,6 +569,11 @@ def run_upstream_tests(out: str, release: str | None, calibration: str | None, g
     target = Path(out)
     if not target.parent.is_dir():
         raise MemfracError(f"--out {out}: directory {target.parent} does not exist")
+    _release_path(rel)  # refused before anything starts: a release there is no resolver for, a bad calibration
+    if calibration is not None:
+        from profiler.calibrate.codec import load_calibration
+
+        load_calibration(calibration)
     n = len(grid(grid_name))
     print(f"upstream-tests: {n} cases of the {grid_name} grid, confirming each with sglang {rel}'s resolver "
           "(one subprocess; importing sglang takes a while)", file=sys.stderr)  # fmt: skip
@@ -584,6 +588,9 @@ def run_upstream_tests(out: str, release: str | None, calibration: str | None, g
         m = generate(rel, grid_name, calibration, progress=report)
     for cid, why in m.left_out:
         print(f"upstream-tests: left out {cid}: {why}", file=sys.stderr)
+    for term, why in m.not_carried:
+        print(f"upstream-tests: calibration term {term} is not carried by --emit-patch ({why}): today's constant "
+              "expected", file=sys.stderr)  # fmt: skip
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     tmp.write_text(m.text)
     tmp.replace(target)
