@@ -189,9 +189,9 @@ def test_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[s
 
 
 # ------------------------------------------------------------------------------------------------ proofs
-def _pytest(module: Path, pythonpath: list[str], cwd: Path) -> dict[str, str | None]:
-    """Run the generated module under plain pytest (memfrac's plugin off) in a subprocess: {case id: None when it
-    passed, else the assertion's message}."""
+def _pytest(modules: list[Path], pythonpath: list[str], cwd: Path) -> dict[str, dict[str, str | None]]:
+    """Run generated modules under plain pytest (memfrac's plugin off) in one subprocess, so sglang is imported
+    once: {module stem: {case id: None when it passed, else the assertion's message}}."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     if pythonpath:
@@ -200,15 +200,15 @@ def _pytest(module: Path, pythonpath: list[str], cwd: Path) -> dict[str, str | N
     xml = cwd / "junit.xml"
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:memfrac", "-p", "no:cacheprovider", "-q", f"--junitxml={xml}",
-         str(module)], cwd=cwd, env=env, capture_output=True, text=True,
+         *map(str, modules)], cwd=cwd, env=env, capture_output=True, text=True,
     )  # fmt: skip
     assert xml.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
-    out: dict[str, str | None] = {}
+    out: dict[str, dict[str, str | None]] = {m.stem: {} for m in modules}
     for tc in ET.parse(xml).getroot().iter("testcase"):
         cid = tc.get("name", "")[len("test_mem_fraction_static[") : -1]
         bad = tc.find("failure")
         assert tc.find("error") is None and tc.find("skipped") is None, (cid, ET.tostring(tc)[:2000])
-        out[cid] = None if bad is None else bad.get("message", "")
+        out[tc.get("classname", "").rsplit(".", 1)[-1]][cid] = None if bad is None else bad.get("message", "")
     return out
 
 
@@ -268,16 +268,17 @@ def test_generated_for_the_installed_sglang_passes_and_travels_with_the_patch(tm
         "evidence"]["activation"]["patch_note"]),)  # fmt: skip
     changed = {c.id: (c.reservation.mem_fraction_static, c.expected) for c in mc.cases
                if c.expected != c.reservation.mem_fraction_static}  # fmt: skip
-    assert changed and all(f"    {i}: {a} -> {b} " in mc.text for i, (a, b) in changed.items())
+    assert len(changed) == 25 and all(f"    {i}: {a} -> {b} " in mc.text for i, (a, b) in changed.items())
+    assert "The patch changes 25 of the 32 cases:" in mc.text
     # hand check of one: H100 unified, Llama-3.1-8B: 676 + 12288 + 128 + 256 × 5 + 464 = 14836 MiB (today 13904)
     # → (81559 − 14836)/81559 = 0.81810 → 0.818
     assert changed["null-h100_80gb-llama3_8b-tp1"] == (0.83, 0.818)
     tree = _patched_sglang(patch, tmp_path / "patched")
-    with ThreadPoolExecutor(max_workers=3) as pool:
-        runs = [pool.submit(_pytest, plain, [], tmp_path / "run-plain"),
-                pool.submit(_pytest, calibrated, [], tmp_path / "run-cal-unpatched"),
-                pool.submit(_pytest, calibrated, [str(tree)], tmp_path / "run-cal-patched")]  # fmt: skip
-        on_plain, cal_unpatched, cal_patched = (r.result() for r in runs)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        unpatched = pool.submit(_pytest, [plain, calibrated], [], tmp_path / "run-installed")
+        patched = pool.submit(_pytest, [calibrated], [str(tree)], tmp_path / "run-patched")
+        on_plain, cal_unpatched = (unpatched.result()[m.stem] for m in (plain, calibrated))
+        cal_patched = patched.result()[calibrated.stem]
     assert len(on_plain) == 32 and not any(on_plain.values())
     assert {i for i, msg in cal_unpatched.items() if msg} == set(changed)
     assert all(_got(cal_unpatched[i]) == today for i, (today, _) in changed.items())
@@ -318,8 +319,8 @@ def test_generated_for_0_5_15_passes_there_and_fails_on_0_5_14_where_the_pr_chan
     assert len(m.cases) == 32 and not m.left_out
     assert 'GPU_CAPACITY_LOOKUPS = ("sglang.srt.server_args.get_device_memory_capacity",)' in m.text
     with ThreadPoolExecutor(max_workers=2) as pool:
-        runs = {r: pool.submit(_pytest, path, [str(d)], tmp_path / f"run-{r}") for r, d in dirs.items()}
-        on = {r: f.result() for r, f in runs.items()}
+        runs = {r: pool.submit(_pytest, [path], [str(d)], tmp_path / f"run-{r}") for r, d in dirs.items()}
+        on = {r: f.result()[path.stem] for r, f in runs.items()}
     assert len(on["0.5.15.post1"]) == 32 and not any(on["0.5.15.post1"].values())
     failed = {i for i, msg in on["0.5.14"].items() if msg}
     r14, r15, pr = rules_for("0.5.14"), rules_for("0.5.15.post1"), _pr_29615_alone()
