@@ -112,6 +112,7 @@ def test_calibrated_value_by_hand() -> None:
     assert (c.reservation.mem_fraction_static, c.expected) == (0.944, 0.913)
     assert ut.calibrated_arithmetic(c) == [
         "decode_graph 1024 → 12288 MiB (per_unit: 24 MiB × bs 512)",
+        "floor_topup 5504 → 0 MiB (floor_mib − pre-floor terms)",  # today 10240 − 4736; calibrated above the floor
         "= 16000 MiB; round((183359 - 16000) / 183359, 3) = 0.913",
     ]
 
@@ -124,7 +125,7 @@ def test_terms_the_patch_does_not_carry_stay_as_today() -> None:
     }}  # fmt: skip
     applied, left = ut.carried(cal)
     assert list(applied["terms"]) == ["decode_graph"]
-    assert left == [("activation", "activation: under-reserves 1 run(s) (r2)")]
+    assert left == [("activation", "under-reserves 1 run(s) (r2)")]
     # through the calibrated reserve: the activation stays 3072 MiB, so only the decode graph moves the fraction
     c = _case("0.5.23", "decode-b200-llama3_8b-tp1", applied)
     assert c.expected == 0.913
@@ -163,7 +164,7 @@ def test_rendered_module_imports_only_sglang_stdlib_and_pytest() -> None:
     assert 'GPU_CAPACITY_LOOKUPS = ("sglang.srt.arg_groups.memory_hook.get_device_memory_capacity",)' in text
     assert text.count("pytest.param(") == 32 and 'id="decode-h100_80gb-llama3_8b-tp1",' in text
     assert "    x-id: sglang 0.5.23 refuses it: E" in text
-    assert "Release: sglang 0.5.23. Grid: small (32 cases: 10 unified, 7 prefill, 15 decode)" in text
+    assert "Release: sglang 0.5.23. Grid: small (32 cases: 10 unified, 7 prefill, 15 decode)\n" in text
     # each case: its arithmetic right above it, ending in the rounding that gives the value asserted
     for c in cases:
         before = text[: text.index(f'id="{c.id}"')]
@@ -264,8 +265,8 @@ def test_generated_for_the_installed_sglang_passes_and_travels_with_the_patch(tm
         plain_f, cal_f = pool.submit(_generate, tmp_path, "0.5.23"), pool.submit(_generate, tmp_path, "0.5.23", cal)
         (plain, m), (calibrated, mc) = plain_f.result(), cal_f.result()
     assert len(m.cases) == 32 and not m.left_out
-    assert mc.not_carried == (("activation", "activation: " + json.loads(cal.read_text())["terms"]["activation"][
-        "evidence"]["activation"]["patch_note"]),)  # fmt: skip
+    note = json.loads(cal.read_text())["terms"]["activation"]["evidence"]["activation"]["patch_note"]
+    assert mc.not_carried == (("activation", note),) and note.startswith("it would lower today's reserve")
     changed = {c.id: (c.reservation.mem_fraction_static, c.expected) for c in mc.cases
                if c.expected != c.reservation.mem_fraction_static}  # fmt: skip
     assert len(changed) == 25 and all(f"    {i}: {a} -> {b} " in mc.text for i, (a, b) in changed.items())
