@@ -513,7 +513,7 @@ def render(
     parts.append("from sglang.srt.server_args import ServerArgs")
     if register_cpu_ci:
         parts.append("from sglang.test.ci.ci_register import register_cpu_ci\n")
-        parts.append(f'register_cpu_ci(est_time={max(10, len(cases) // 3)}, suite="base-a-test-cpu")')
+        parts.append(f'register_cpu_ci(est_time={30 + len(cases) // 4}, suite="base-a-test-cpu")')
     parts.append("")
     gpus = {slug: single_scenario(LLAMA8, gpu).gpu for gpu, slug in GPUS if any(c.gpu == slug for c in cases)}
     parts.append("# nvidia-smi memory.total (MiB): what get_device_memory_capacity() returns on each GPU.")
@@ -568,7 +568,9 @@ def run_upstream_tests(out: str, release: str | None, calibration: str | None, g
     rel = release or installed_version()
     if rel is None:
         raise MemfracError("upstream-tests confirms every case with sglang's resolver: pip install 'memfrac[sglang]'")
-    rules_for(rel)  # an unknown release is refused before anything is imported
+    if rules_for(rel).formula != "terms":  # an unknown release is refused before anything is imported
+        raise MemfracError(f"--rules {rel}: before 0.5.3rc2 sglang's fraction is not a sum of terms; upstream-tests "
+                           "pins the term-by-term heuristic (0.5.3rc2 on)")  # fmt: skip
     target = Path(out)
     if not target.parent.is_dir():
         raise MemfracError(f"--out {out}: directory {target.parent} does not exist")

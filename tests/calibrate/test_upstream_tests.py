@@ -185,6 +185,8 @@ def test_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[s
         assert len(err.splitlines()) == 1
         assert main(["upstream-tests", "--out", str(tmp_path / "t.py"), "--calibration", str(tmp_path / "c.json")]) == 2
         assert "--calibration" in capsys.readouterr().err and not (tmp_path / "t.py").exists()
+    assert main(["upstream-tests", "--out", str(tmp_path / "t.py"), "--rules", "0.4.7"]) == 2
+    assert "--rules 0.4.7: before 0.5.3rc2 sglang's fraction is not a sum of terms" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["upstream-tests", "--out", "x.py", "--grid", "huge"])
 
