@@ -353,8 +353,9 @@ def resolve_batch_subprocess(
         reader = threading.Thread(target=read_err, daemon=True)
         reader.start()
         assert proc.stdin is not None
-        proc.stdin.write(json.dumps(jobs))
-        proc.stdin.close()
+        with contextlib.suppress(BrokenPipeError):  # it died before reading its jobs: its stderr says why
+            proc.stdin.write(json.dumps(jobs))
+            proc.stdin.close()
         rc = proc.wait()
         reader.join()
         out_f.seek(0)
