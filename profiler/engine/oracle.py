@@ -22,7 +22,7 @@ import os
 import subprocess
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -315,26 +315,54 @@ def resolve_scenario(s: Any, patch: bool | None = None, resolver: Resolver | Non
     return r.resolve(server_argv(s, r.version), s.gpu.total_mib, s.env_dict, GPU_CAPABILITY.get(s.gpu.name))
 
 
+#: The line prefix of the batch subprocess's progress reports on stderr.
+_PROGRESS = "memfrac-oracle-progress "
+
+
 def resolve_batch_subprocess(
-    jobs: list[dict[str, Any]], pythonpath: list[str], python: str = sys.executable
+    jobs: list[dict[str, Any]],
+    pythonpath: list[str],
+    python: str = sys.executable,
+    progress: Callable[[int, int], None] | None = None,
 ) -> list[OracleResult]:
     """Resolve many argv with another sglang (its directory first on PYTHONPATH), in one subprocess.
 
     Each job is {"argv": [...], "gpu_mem_mib": int, "env": {...}, "capability": [major, minor] (optional)}.
+    `progress(done, total)` is called as the subprocess reports (importing sglang there takes most of the time).
     """
+    import tempfile
+    import threading
+
     env = dict(os.environ)
     here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = os.pathsep.join([*pythonpath, here, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    proc = subprocess.run(
-        [python, "-m", "profiler.engine.oracle", "--batch", "-"],
-        input=json.dumps(jobs),
-        capture_output=True,
-        text=True,
-        env=env,
-    )
-    if proc.returncode != 0:
-        raise MemfracError(f"resolver subprocess failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    argv = [python, "-m", "profiler.engine.oracle", "--batch", "-"] + (["--progress"] if progress else [])
+    with tempfile.TemporaryFile("w+") as out_f:
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out_f, stderr=subprocess.PIPE, text=True, env=env)
+        err: list[str] = []
+
+        def read_err() -> None:
+            assert proc.stderr is not None
+            for line in proc.stderr:
+                if progress and line.startswith(_PROGRESS):
+                    done, total = line[len(_PROGRESS) :].split("/")
+                    progress(int(done), int(total))
+                else:
+                    err.append(line)
+
+        reader = threading.Thread(target=read_err, daemon=True)
+        reader.start()
+        assert proc.stdin is not None
+        with contextlib.suppress(BrokenPipeError):  # it died before reading its jobs: its stderr says why
+            proc.stdin.write(json.dumps(jobs))
+            proc.stdin.close()
+        rc = proc.wait()
+        reader.join()
+        out_f.seek(0)
+        stdout = out_f.read()
+    if rc != 0:
+        raise MemfracError(f"resolver subprocess failed ({rc}): {''.join(err).strip()[-2000:]}")
+    out = json.loads(stdout.strip().splitlines()[-1])
     return [OracleResult(**{**r, "patched": tuple(r["patched"])}) for r in out]
 
 
@@ -417,6 +445,7 @@ def _old_release_shims() -> None:
 def _main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description="resolve sglang argv with the sglang on PYTHONPATH (used by tests)")
     ap.add_argument("--batch", required=True, help="JSON file of jobs, or - for stdin")
+    ap.add_argument("--progress", action="store_true", help=f"write '{_PROGRESS}DONE/TOTAL' lines to stderr")
     a = ap.parse_args(argv)
     if a.batch == "-":
         jobs = json.load(sys.stdin)
@@ -427,11 +456,13 @@ def _main(argv: list[str]) -> int:
     _old_release_shims()
     with contextlib.redirect_stdout(io.StringIO()):
         resolver = Resolver(patch=True)
-    for j in jobs:
+    for i, j in enumerate(jobs, 1):
         with contextlib.redirect_stdout(io.StringIO()):
             cap = j.get("capability")
             r = resolver.resolve(j["argv"], j.get("gpu_mem_mib"), j.get("env"), tuple(cap) if cap else None)
         results.append(asdict(r))
+        if a.progress:
+            print(f"{_PROGRESS}{i}/{len(jobs)}", file=sys.stderr, flush=True)
     print(json.dumps(results))
     return 0
 

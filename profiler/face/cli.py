@@ -420,6 +420,44 @@ def _add_judge(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_judge)
 
 
+def _cmd_upstream_tests(a: argparse.Namespace) -> int:
+    from profiler.calibrate.upstream_tests import run_upstream_tests
+
+    return run_upstream_tests(a.out, a.rules, a.calibration, a.grid)
+
+
+def _add_upstream_tests(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "upstream-tests",
+        help="write sglang unit tests pinning mem_fraction_static per disaggregation mode, each case confirmed by "
+        "that release's real resolver",
+        description="Write one pytest module in sglang's unit-test style (CPU only): per case ServerArgs is built and "
+        "its resolved mem_fraction_static asserted, with the heuristic's arithmetic in a comment. Every expected "
+        "value is computed by memfrac and confirmed by the release's own resolver; a case they disagree on is left "
+        "out and said so. With --calibration the values are the calibrated constants' (the patch of "
+        "`memfrac calibrate --emit-patch`), and the header lists the cases the patch moves.",
+    )
+    p.add_argument("--out", required=True, metavar="FILE", help="the pytest module to write")
+    p.add_argument(
+        "--rules",
+        metavar="RELEASE",
+        help="the sglang release to pin: the installed one (default) or one installed side by side "
+        "(.cache/sglang-releases/RELEASE, `make old-releases`; MEMFRAC_SGLANG_RELEASES moves it)",
+    )
+    p.add_argument(
+        "--calibration",
+        metavar="CAL_JSON",
+        help="a calibration.json (memfrac calibrate --out): expect the calibrated constants' fractions",
+    )
+    p.add_argument(
+        "--grid",
+        choices=("small", "full"),
+        default="small",
+        help="small: 32 cases, what a PR carries (default); full: every role x GPU x variant (225), for a local run",
+    )
+    p.set_defaults(func=_cmd_upstream_tests)
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="memfrac",
@@ -436,6 +474,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_report(sub)
     _add_audit(sub)
     _add_judge(sub)
+    _add_upstream_tests(sub)
     return ap
 
 
