@@ -123,6 +123,13 @@ class LogBuilder(RunsAndRanks, Phases, CaptureLadders, Failures):
     def _record(self, lineno: int, text: str, p: Prefixed) -> None:
         label = p.label
         self._pid = p.pid
+        if p.gpu_tag and not self._run.gpu_tagged:
+            self._run.gpu_tagged = True
+            self._run.m.notes.append(
+                f"line {lineno}: rank tag '{p.gpu_tag}' (sglang 0.1.x '[gpu_id=N]' / 0.2.x '[gpu=N]', a worker's GPU "
+                "id) read as TP rank N: those releases give TP worker r GPU base + r, base 0 with one data-parallel "
+                "group"
+            )
         self._dispatch(lineno, text, p.msg, label, p.date, p.hms)
         if label and label not in self._run.ranks:
             self._run.ranks[label] = _RankState(label)  # a rank exists once it logs anything

@@ -48,6 +48,7 @@ class _Run:
         "first_line",
         "floating",
         "formats",
+        "gpu_tagged",
         "index",
         "last_line",
         "m",
@@ -85,6 +86,7 @@ class _Run:
         self.mode_hint: tuple[str, int] | None = None  # PD role from a role-only message
         self.device_hint: tuple[str, int] | None = None  # GPU product name from a kernel-config path
         self.quoted_args: dict[str, tuple[object, str]] = {}  # args an error message quotes → (value, where)
+        self.gpu_tagged = False  # a 2024 "[gpu=N]" rank tag was read as TP N (said once in the notes)
 
     def has_phases(self) -> bool:
         return any(rs.rank.phases for rs in self.ranks.values())
