@@ -30,7 +30,7 @@ from profiler.logs.build_base import _ArgsWindow
 from profiler.logs.build_capture import CaptureLadders, _adopt_orphan
 from profiler.logs.build_failures import Failures
 from profiler.logs.build_phases import Phases
-from profiler.logs.build_runs import RunsAndRanks, _merge_quoted
+from profiler.logs.build_runs import RunsAndRanks, _fold_commands, _merge_quoted
 from profiler.logs.failures import (
     OomWindow,
     evidence,
@@ -272,7 +272,7 @@ class LogBuilder(RunsAndRanks, Phases, CaptureLadders, Failures):
             self._continuation(n, t, p._replace(msg=p.msg.rstrip("\\")))
         runs = [r for r in self._runs if r.first_line is not None or r.ranks or r.m.unparsed_memory_lines]
         # (a run with nothing seen is e.g. the placeholder before the first command)
-        merged = _merge_quoted(runs)
+        merged = _fold_commands(_merge_quoted(runs))
         if len(merged) != len(runs):  # keep run ids consecutive (file#0, file#1, …)
             for k, r in enumerate(merged):
                 r.index, r.m.id = k, f"{self._file}#{k}"

@@ -261,3 +261,74 @@ def _midnight(prev: str, cur: str) -> bool:
     """Time-only prefixes ("[23:59:59 TP0]") wrap at midnight; that is not time going back."""
     p, c = prev.strip(), cur.strip()
     return len(p) <= 8 and p >= "20" and c < "04"
+
+
+def _bare_command(run: _Run) -> bool:
+    """A run that is only a launch command: no server_args, no phase, no failure, no traffic. Text around a log
+    (an issue's "Reproduction" section, a script quoted in prose) is not a server start of its own."""
+    return (
+        run.cmd is not None
+        and run.server_args is None
+        and not run.has_phases()
+        and run.floating is None
+        and not any(rs.fs is not None for rs in run.ranks.values())
+        and not run.serving
+        and run.ready_line is None
+        and run.fired_line is None
+        and run.server_pid is None
+    )
+
+
+def _fold_commands(runs: list[_Run]) -> list[_Run]:
+    """Each run that is only a launch command joins the run it describes: the one before it when that has no
+    command of its own (a log, then the command that produced it), else the one after it (a command, then its
+    log, split by something in between). Beside a run whose own command sets the same args it is that command
+    quoted again: noted there and dropped. A command with other args stays a run (another attempt whose output
+    was not pasted; runs never merge across attempts)."""
+    out: list[_Run] = []
+    pending: _Run | None = None  # a command-only run at the head, waiting for the run after it
+    for run in runs:
+        if pending is not None:
+            if run.cmd is None and not _bare_command(run):
+                _take_command(run, pending, "before")
+            elif _same_command(run, pending):
+                run.m.notes.append(f"launch command at line {pending.first_line} repeats this run's own command: "
+                                   "not read as a run of its own")  # fmt: skip
+            else:
+                out.append(pending)
+            pending = None
+        if _bare_command(run) and len(runs) > 1:
+            prev = out[-1] if out else None
+            if prev is not None and prev.cmd is None and (prev.failed_at() is None or _args_agree(prev, run)):
+                _take_command(prev, run, "after")  # after a failure only when its server_args agree: else a
+                continue  # new attempt (issue 11)
+            if prev is not None and _same_command(prev, run):
+                prev.m.notes.append(f"launch command at line {run.first_line} repeats this run's own command: "
+                                    "not read as a run of its own")  # fmt: skip
+                continue
+            if prev is None:
+                pending = run
+                continue
+        out.append(run)
+    if pending is not None:
+        out.append(pending)
+    return out
+
+
+def _args_agree(run: _Run, bare: _Run) -> bool:
+    """The run's server_args state every arg the command sets, with the same values (model path included)."""
+    sa, cmd = run.server_args, bare.cmd
+    if sa is None or cmd is None or "model_path" not in cmd.args:
+        return False
+    return all(k in sa.args and str(sa.args[k]) == str(v) for k, v in cmd.args.items())
+
+
+def _same_command(run: _Run, bare: _Run) -> bool:
+    return run.cmd is not None and bare.cmd is not None and run.cmd.args == bare.cmd.args
+
+
+def _take_command(run: _Run, bare: _Run, where: str) -> None:
+    run.cmd = bare.cmd
+    run.cues.extend(bare.cues)
+    run.m.notes.append(f"launch command at line {bare.first_line}, {where} this run's log lines, taken as the one that "
+                       "started it (a command alone, with no log lines of its own, is not a run)")  # fmt: skip

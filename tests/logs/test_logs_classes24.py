@@ -44,3 +44,56 @@ def test_2024_gpu_id_tag_0_1_x() -> None:
     assert sorted(r.label for r in m.ranks) == ["TP0", "TP1"] and m.unparsed_memory_lines == 0
     r0 = m.rank("TP0")
     assert r0 is not None and r0.phase("weights").before.free_mib == 78.50 * 1024  # type: ignore[union-attr]
+
+
+# An issue post: the log, then the "Reproduction" command, then `python3 -m sglang.check_env` (lines as sglang
+# 0.4.x prints them; the check_env block from sglang-2805's post).
+POST = [
+    "[2025-03-07 09:25:00] server_args=ServerArgs(model_path='deepseek-ai/DeepSeek-V3', tp_size=8, "
+    "mem_fraction_static=0.85, trust_remote_code=True)",
+    "[2025-03-07 09:25:11 TP0] Load weight end. type=DeepseekV3ForCausalLM, dtype=torch.bfloat16, avail mem=36.51 GB",
+    "[2025-03-07 09:25:12 TP0] Memory pool end. avail mem=22.03 GB",
+    "[2025-03-07 09:25:12 TP0] Capture cuda graph begin. This can take up to several minutes.",
+    "",
+    "### Reproduction",
+    "",
+    "python3 -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --tp 8 --trust-remote-code "
+    "--mem-fraction-static 0.85",
+    "",
+    "### Environment",
+    "",
+    "python3 -m sglang.check_env",
+    "Python: 3.11.5 (main, Sep 11 2023, 13:54:46) [GCC 11.2.0]",
+    "CUDA available: True",
+    "GPU 0: NVIDIA A40",
+    "GPU 0 Compute Capability: 8.6",
+    "PyTorch: 2.4.0+cu121",
+    "sglang: 0.4.0.post2",
+    "NVIDIA Topology: ",
+    "        GPU0    NIC0    CPU Affinity    NUMA Affinity   GPU NUMA ID",
+    "GPU0     X      NODE    0-31,64-95      0               N/A",
+]
+
+
+def test_reproduction_command_and_check_env_open_no_run() -> None:
+    (m,) = parse_log(POST, name="post.log")
+    assert m.args["tp_size"] == 8 and m.identity.sglang_version == "0.4.0.post2"
+    assert any("line 8, after this run's log lines" in n for n in m.notes)
+
+
+def test_command_after_a_log_without_one_is_its_command() -> None:
+    lines = [*POST[1:4], "", "I ran: python3 -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --tp 8"]
+    (m,) = parse_log(lines, name="post2.log")
+    assert m.args == {"model_path": "deepseek-ai/DeepSeek-V3", "tp_size": 8}
+    assert any("line 5, after this run's log lines" in n for n in m.notes)
+
+
+def test_a_different_command_after_a_failed_run_is_another_attempt() -> None:
+    failed = [*POST[1:4], "[2025-03-07 09:25:13 TP0] Scheduler hit an exception: torch.OutOfMemoryError: CUDA out of "
+              "memory. Tried to allocate 2.00 GiB."]  # fmt: skip
+    lines = [
+        *failed,
+        "python3 -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --tp 8 --mem-fraction-static 0.7",
+    ]
+    runs = parse_log(lines, name="retry.log")
+    assert len(runs) == 2 and runs[1].args["mem_fraction_static"] == 0.7
