@@ -30,6 +30,12 @@ class Phases(BuilderState):
                 f"line {lineno}: second weight load on rank '{rank.label}' in one run, with no more memory free "
                 "than the target left: read as the speculative draft model's (role draft)"
             )
+        if name == "decode_graph" and _draft_capture(rs):
+            self._run.m.notes.append(
+                f"line {lineno}: a capture on rank '{rank.label}' after the draft model's weights loaded and the "
+                "target's capture ended: the draft model's graph"
+            )
+            ev = ev._replace(details={**(ev.details or {}), "role": "draft"})  # its end line closes it (open[name])
         ph = Phase(name=name, before=Snapshot(t=t, free_mib=_mib(ev.free)), line=lineno)
         if name in GRAPH_PHASES and ev.free is not None:
             ph.details["begin_avail_mib"] = ev.free * GIB  # the capture-begin line's own reading
@@ -64,8 +70,19 @@ class Phases(BuilderState):
         d = ev.details or {}
         if ph is None:
             last = rs.rank.phases[-1] if rs.rank.phases else None
+            ended = _ended(rs, name)
             if last is not None and last.name == name and not _pool_after_pool(last, ev):
                 ph = last
+            elif name == "kv_pool" and _draft_pool(rs, ev):
+                # The draft model runner's pool: its weights loaded after the target's pool ended (eagle /
+                # DSPARK build a second ModelRunner); the target's pool and its end reading stay as they are.
+                ph = Phase(name=name, line=lineno, details={"role": "draft"})
+                self._run.m.notes.append(f"line {lineno}: a KV pool on rank '{rs.rank.label}' after the draft "
+                                         "model's weights loaded: the draft model's (role draft)")  # fmt: skip
+                rs.rank.phases.append(ph)
+                rs.open[name] = ph
+            elif ended is not None and ev.kind == "note":
+                ph = ended  # a note on a phase that already ended (a capture began since): it keeps its readings
             else:
                 ph = Phase(name=name, line=lineno)
                 if last is not None and _pool_after_pool(last, ev):
@@ -131,6 +148,37 @@ class Phases(BuilderState):
                 ph.resolution_mib = RESOLUTION_MIB
             else:
                 ph.details[k] = list(v) if isinstance(v, list) else v
+
+
+def _draft_capture(rs: _RankState) -> bool:
+    """A plain capture begin after the target's decode capture ended and the draft's weights loaded after it: the
+    draft model runner capturing its own graphs (older eagle workers print the same begin line)."""
+    rank = rs.rank
+    draft_w = rank.phase("weights", "draft")
+    if draft_w is None:
+        return False
+    done = [p for p in rank.phases_named("decode_graph") if p.after is not None or p.elapsed_s is not None]
+    return bool(done) and (done[-1].line or 0) < (draft_w.line or 0) and rank.phase("decode_graph", "draft") is None
+
+
+def _ended(rs: _RankState, name: str) -> Phase | None:
+    """The rank's last phase of `name` (either role) when it has ended, else None."""
+    for p in reversed(rs.rank.phases):
+        if p.name == name:
+            return p if p.after is not None else None
+    return None
+
+
+def _draft_pool(rs: _RankState, ev: Event) -> bool:
+    """A K/V allocation after the draft model's weights loaded, on a rank whose target pool ended and that has no
+    draft pool yet: the draft model runner's pool."""
+    d = ev.details or {}
+    if ev.kind != "kv" or d.get("label") or d.get("va_upper_bound"):
+        return False
+    rank = rs.rank
+    draft_w, target = rank.phase("weights", "draft"), rank.phase("kv_pool")
+    return (draft_w is not None and target is not None and target.after is not None
+            and (target.line or 0) < (draft_w.line or 0) and rank.phase("kv_pool", "draft") is None)  # fmt: skip
 
 
 def _pool_after_pool(last: Phase, ev: Event) -> bool:

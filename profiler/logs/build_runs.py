@@ -14,6 +14,7 @@ from profiler.logs.build_base import (
     BuilderState,
     _ArgsWindow,
 )
+from profiler.logs.build_phases import _draft_capture
 from profiler.logs.launchcmd import parse_launch_command
 from profiler.logs.patterns import GRAPH_PHASES, Event
 from profiler.logs.run import VersionCue, _RankState, _Run
@@ -152,7 +153,7 @@ class RunsAndRanks(BuilderState):
                 return back
         if ev.phase == "init_parallel" and rs.rank.phases:
             return f"torch distributed initialised again on rank '{label}'"
-        if ev.kind == "begin" and ev.phase in GRAPH_PHASES:
+        if ev.kind == "begin" and ev.phase in GRAPH_PHASES and not (ev.phase == "decode_graph" and _draft_capture(rs)):
             done = [p for p in rs.rank.phases_named(ev.phase) if p.after is not None or p.elapsed_s is not None]
             if done:
                 return f"'{ev.phase}' capture begins again on rank '{label}' after it ended at line {done[-1].line}"

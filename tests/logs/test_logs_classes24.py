@@ -97,3 +97,61 @@ def test_a_different_command_after_a_failed_run_is_another_attempt() -> None:
     ]
     runs = parse_log(lines, name="retry.log")
     assert len(runs) == 2 and runs[1].args["mem_fraction_static"] == 0.7
+
+
+# EAGLE on sglang 0.4.x: the target's load, pool and capture, then the draft ModelRunner's (model_runner.py prints
+# the same lines for it), then eagle_worker's "Capture draft cuda graph".
+SPEC = [
+    "[2025-06-04 10:00:00 TP0] Load weight begin. avail mem=78.50 GB",
+    "[2025-06-04 10:00:30 TP0] Load weight end. type=LlamaForCausalLM, dtype=torch.bfloat16, avail mem=62.00 GB, "
+    "mem usage=16.50 GB.",
+    "[2025-06-04 10:00:31 TP0] KV Cache is allocated. #tokens: 400000, K size: 24.00 GB, V size: 24.00 GB",
+    "[2025-06-04 10:00:31 TP0] Memory pool end. avail mem=13.50 GB",
+    "[2025-06-04 10:00:32 TP0] Capture cuda graph begin. This can take up to several minutes. avail mem=13.40 GB",
+    "[2025-06-04 10:00:50 TP0] Capture cuda graph end. Time elapsed: 18.00 s. mem usage=1.20 GB. avail mem=12.20 GB.",
+    "[2025-06-04 10:00:51 TP0] Load weight begin. avail mem=12.20 GB",
+    "[2025-06-04 10:00:52 TP0] Load weight end. type=LlamaForCausalLMEagle, dtype=torch.bfloat16, avail mem=11.50 GB, "
+    "mem usage=0.70 GB.",
+    "[2025-06-04 10:00:52 TP0] KV Cache is allocated. #tokens: 400000, K size: 1.50 GB, V size: 1.50 GB",
+    "[2025-06-04 10:00:52 TP0] Memory pool end. avail mem=8.40 GB",
+    "[2025-06-04 10:00:53 TP0] Capture cuda graph begin. This can take up to several minutes. avail mem=8.40 GB",
+    "[2025-06-04 10:00:58 TP0] Capture cuda graph end. Time elapsed: 5.00 s. mem usage=0.40 GB. avail mem=8.00 GB.",
+    "[2025-06-04 10:00:59 TP0] Capture draft cuda graph begin. This can take up to several minutes. avail mem=8.00 GB",
+    "[2025-06-04 10:01:05 TP0] Capture draft cuda graph end. Time elapsed: 6.00 s. avail mem=7.50 GB. "
+    "mem usage=0.50 GB.",
+]
+
+
+def test_draft_capture_and_pool_stay_in_the_target_run() -> None:
+    (m,) = parse_log(SPEC, name="spec.log")
+    r = m.rank("TP0")
+    assert r is not None
+    target, draft = r.phase("kv_pool"), r.phase("kv_pool", "draft")
+    assert target is not None and target.after is not None and target.after.free_mib == 13.50 * 1024
+    assert target.details["k_mib"] == 24 * 1024
+    assert draft is not None and draft.after is not None and draft.after.free_mib == 8.40 * 1024
+    graph, dgraph = r.phase("decode_graph"), r.phase("decode_graph", "draft")
+    assert graph is not None and graph.usage_mib == 1.20 * 1024
+    assert dgraph is not None and dgraph.before is not None and dgraph.before.free_mib == 8.40 * 1024
+    assert dgraph.after is not None and dgraph.after.free_mib == 8.00 * 1024
+
+
+def test_a_failed_spec_run_is_not_ok() -> None:
+    oom = "[2025-06-04 10:00:55 TP0] Scheduler hit an exception: torch.OutOfMemoryError: CUDA out of memory."
+    (m,) = parse_log([*SPEC[:11], oom], name="spec-oom.log")
+    assert m.failure is not None and m.failure.kind != "ok" and m.startup != "finished"
+
+
+def test_pool_end_kept_when_a_note_follows_the_capture_begin() -> None:
+    lines = [
+        "[2025-06-01 10:00:00 TP0] KV Cache is allocated. #tokens: 91749, K size: 7.00 GB, V size: 7.00 GB",
+        "[2025-06-01 10:00:00 TP0] Memory pool end. avail mem=5.27 GB",
+        "[2025-06-01 10:00:01 TP0] Capture cuda graph begin. This can take up to several minutes. avail mem=4.64 GB",
+        "[2025-06-01 10:00:01 TP0] Using KV cache dtype: torch.bfloat16",
+    ]
+    (m,) = parse_log(lines, name="note.log")
+    r = m.rank("TP0")
+    assert r is not None and len(r.phases_named("kv_pool")) == 1
+    pool = r.phase("kv_pool")
+    assert pool is not None and pool.after is not None and pool.after.free_mib == 5.27 * 1024
+    assert pool.details["kv_dtype"] == "torch.bfloat16"
