@@ -155,7 +155,7 @@ class Failures(BuilderState):
                     f"failure phase on rank '{rs.rank.label}' ({fs.hint}) read from the failing code "
                     "(traceback frames / 'Capture … failed'): no phase line was open"
                 )
-            ready = run.ready_line is not None and (f.line or 0) > run.ready_line
+            ready = _serving_at(run, f.line or 0)
             f.kind = failure_kind(
                 oom=fs.oom,
                 capture=fs.capture,
@@ -170,8 +170,17 @@ class Failures(BuilderState):
 def _in_flight(rs: _RankState, run: _Run, line: int) -> str | None:
     """The phase running on this rank at `line`: serving once the run was ready, else the most recently
     begun startup phase that has not ended (None when none is open)."""
-    if run.ready_line is not None and line > run.ready_line:
+    if _serving_at(run, line):
         return "runtime"
     if not rs.open:
         return None
     return max(rs.open.values(), key=lambda p: p.line or 0).name
+
+
+def _serving_at(run: _Run, line: int) -> bool:
+    """The server was serving at `line`: after its ready line, or after a batch of request traffic (an excerpt
+    of a serving worker that starts after its ready line: an OOM inside a decode batch is a runtime OOM)."""
+    if run.ready_line is not None and line > run.ready_line:
+        return True
+    first = run.serving.get("first_line")
+    return isinstance(first, int) and line > first

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from profiler.ingest.judge import judge
 from profiler.logs import parse_log
 
 # sglang 0.2.7, model_executor/model_runner.py and managers/tp_worker.py, logging format "%(message)s": every
@@ -155,3 +156,22 @@ def test_pool_end_kept_when_a_note_follows_the_capture_begin() -> None:
     pool = r.phase("kv_pool")
     assert pool is not None and pool.after is not None and pool.after.free_mib == 5.27 * 1024
     assert pool.details["kv_dtype"] == "torch.bfloat16"
+
+
+def test_segfault_during_capture_is_a_failed_capture() -> None:
+    lines = [*SPEC[:5], "!!!!!!! Segfault encountered !!!!!!!", '  File "<unknown>", line 0, in ncclCommInitRank']
+    (m,) = parse_log(lines, name="segv.log")
+    assert m.failure is not None and (m.failure.kind, m.failure.phase) == ("capture_failed", "decode_graph")
+    assert judge(m)[0].verdict == "failed"
+
+
+def test_oom_inside_a_decode_batch_is_a_runtime_oom() -> None:
+    lines = [
+        "[2025-06-01 10:05:00 TP0] Decode batch. #running-req: 30, #token: 300000, token usage: 0.75, "
+        "gen throughput (token/s): 1000.00, #queue-req: 0",
+        "[2025-06-01 10:05:01 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+        "79.10 GiB of which 1.00 GiB is free.",
+    ]
+    (m,) = parse_log(lines, name="decode-oom.log")
+    assert m.failure is not None and (m.failure.kind, m.failure.phase) == ("oom_runtime", "runtime")
