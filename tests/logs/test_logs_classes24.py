@@ -175,3 +175,27 @@ def test_oom_inside_a_decode_batch_is_a_runtime_oom() -> None:
     ]
     (m,) = parse_log(lines, name="decode-oom.log")
     assert m.failure is not None and (m.failure.kind, m.failure.phase) == ("oom_runtime", "runtime")
+
+
+def _capped(tokens: int, cap: int) -> list[str]:
+    return [
+        f"[2025-06-01 10:00:00] server_args=ServerArgs(model_path='m', tp_size=1, page_size=1, max_total_tokens={cap})",
+        "[2025-06-01 10:00:01] Load weight begin. avail mem=78.00 GB",
+        "[2025-06-01 10:00:30] Load weight end. type=LlamaForCausalLM, dtype=torch.bfloat16, avail mem=62.00 GB, "
+        "mem usage=16.00 GB.",
+        f"[2025-06-01 10:00:31] KV Cache is allocated. #tokens: {tokens}, K size: 2.00 GB, V size: 2.00 GB",
+        "[2025-06-01 10:00:31] Memory pool end. avail mem=57.90 GB",
+    ]
+
+
+def test_no_fraction_implied_from_a_pool_capped_by_max_total_tokens() -> None:
+    (m,) = parse_log(_capped(32768, 32768), name="cap.log")
+    assert m.mfs is None and m.mfs_origin == "unknown" and "--max-total-tokens 32,768 cap" in m.mfs_how
+
+
+def test_a_pool_below_its_cap_still_implies_the_fraction() -> None:
+    # 1 − (62.00 − 4.00) / 78.00 = 0.2564… → below MIN_IMPLIED 0.3: capped some other way, unknown; with a bigger
+    # pool (K=V=10 GB): 1 − (62 − 20) / 78 = 0.4615 implied, the cap (10⁶ tokens) not reached.
+    lines = [x.replace("size: 2.00 GB", "size: 10.00 GB") for x in _capped(163840, 1_000_000)]
+    (m,) = parse_log(lines, name="below.log")
+    assert m.mfs_origin == "implied" and m.mfs is not None and abs(m.mfs - 0.462) < 0.001
