@@ -12,7 +12,7 @@ from profiler.logs.build_base import (
     _mib_key,
 )
 from profiler.logs.patterns import GRAPH_PHASES, Event
-from profiler.logs.run import _RankState
+from profiler.logs.run import _RankState, _Run
 
 
 class Phases(BuilderState):
@@ -30,6 +30,11 @@ class Phases(BuilderState):
                 f"line {lineno}: second weight load on rank '{rank.label}' in one run, with no more memory free "
                 "than the target left: read as the speculative draft model's (role draft)"
             )
+        if name == "init_parallel" and rank.phase("init_parallel") is not None:
+            ev = ev._replace(details={**(ev.details or {}), "role": "draft"})
+            self._run.m.notes.append(f"line {lineno}: torch distributed initialised again on rank '{rank.label}' "
+                                     "after its pool ended, before the server was ready: the speculative draft "
+                                     "model runner's (role draft)")  # fmt: skip
         if name == "decode_graph" and _draft_capture(rs):
             self._run.m.notes.append(
                 f"line {lineno}: a capture on rank '{rank.label}' after the draft model's weights loaded and the "
@@ -148,6 +153,19 @@ class Phases(BuilderState):
                 ph.resolution_mib = RESOLUTION_MIB
             else:
                 ph.details[k] = list(v) if isinstance(v, list) else v
+
+
+def _draft_init(run: _Run, rs: _RankState) -> bool:
+    """ "Init torch distributed" again on a rank whose pool (or capture) ended, before the server was ready and with
+    nothing failed: the speculative draft ModelRunner initialising (eagle_worker builds it after the target's).
+    A new process would show itself at its weight load (memory back: build_runs._memory_back) or its timestamps."""
+    phases = [p for p in rs.rank.phases if p.name not in ("baseline",)]
+    if run.ready_line is not None or rs.fs is not None or not phases or rs.rank.phase("weights", "draft") is not None:
+        return False
+    last = phases[-1]
+    return (last.name == "kv_pool" or last.name in GRAPH_PHASES) and (
+        last.after is not None or last.elapsed_s is not None
+    )
 
 
 def _draft_capture(rs: _RankState) -> bool:

@@ -14,7 +14,7 @@ from profiler.logs.build_base import (
     BuilderState,
     _ArgsWindow,
 )
-from profiler.logs.build_phases import _draft_capture
+from profiler.logs.build_phases import _draft_capture, _draft_init
 from profiler.logs.launchcmd import parse_launch_command
 from profiler.logs.patterns import GRAPH_PHASES, Event
 from profiler.logs.run import VersionCue, _RankState, _Run
@@ -151,7 +151,7 @@ class RunsAndRanks(BuilderState):
             back = _memory_back(rs, ev)
             if back:
                 return back
-        if ev.phase == "init_parallel" and rs.rank.phases:
+        if ev.phase == "init_parallel" and rs.rank.phases and not _draft_init(run, rs):
             return f"torch distributed initialised again on rank '{label}'"
         if ev.kind == "begin" and ev.phase in GRAPH_PHASES and not (ev.phase == "decode_graph" and _draft_capture(rs)):
             done = [p for p in rs.rank.phases_named(ev.phase) if p.after is not None or p.elapsed_s is not None]
