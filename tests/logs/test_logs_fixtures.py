@@ -245,6 +245,41 @@ def test_fixture(expected_file: Path) -> None:
     assert not errors, "\n".join(errors)
 
 
+#: Classes of log text (issue 24) an expectation file may list under "classes": what its log covers.
+CLASSES = {
+    "gpu_id_tags": "2024 rank prefixes '[gpu_id=N]' (sglang 0.1.x) / '[gpu=N]' (0.2.x) read as ranks",
+    "text_around_log": "launch command, check_env output, prose or a quoted script around the log: no run of its own",
+    "speculative_decoding": "draft ModelRunner's init/load/pool/capture inside the target's run, target pool kept",
+    "pool_end_before_capture": "'Memory pool end' kept when a capture-begin reading follows it",
+    "failure_signal": "a segfault/signal (NCCL during capture) is a failure",
+    "failure_while_serving": "a failure after the ready line or inside request traffic is a runtime failure",
+    "max_total_tokens_cap": "no fraction implied from a pool --max-total-tokens capped",
+    "mla_request_pools": "an MLA prefill node's implied fraction net of the request pools",
+}
+
+
+def class_coverage() -> dict[str, list[str]]:
+    """Class → the fixture logs whose expectations list it (every class, covered or not)."""
+    out: dict[str, list[str]] = {c: [] for c in CLASSES}
+    for p in EXPECTED:
+        for c in json.loads(p.read_text()).get("classes") or []:
+            out.setdefault(c, []).append(p.stem)
+    return out
+
+
+def test_class_coverage_is_reported() -> None:
+    """Every class an expectation names is one the harness knows; the counts per class are printed (pytest -s, or
+    `python -m tests.logs.test_logs_fixtures`)."""
+    cov = class_coverage()
+    unknown = sorted(set(cov) - set(CLASSES))
+    assert not unknown, f"classes no one defined in CLASSES: {unknown}"
+    print(_coverage_table(cov))
+
+
+def _coverage_table(cov: dict[str, list[str]]) -> str:
+    return "\n".join(f"{c:26s} {len(v):2d}  {', '.join(v)}" for c, v in cov.items())
+
+
 def test_fixture_expectations_present() -> None:
     """The fixture logs and their expectations travel together."""
     if not EXPECTED:
@@ -258,3 +293,7 @@ def test_fixture_logs_parse_cleanly() -> None:
     for log in sorted(LOG_FIXTURES.glob("*.log")):
         for m in parse_log(log):
             assert m.unparsed_memory_lines == 0, (log.name, m.unparsed_examples)
+
+
+if __name__ == "__main__":
+    print(_coverage_table(class_coverage()))
