@@ -74,6 +74,7 @@ class LogBuilder(RunsAndRanks, Phases, CaptureLadders, Failures):
         self._cues: list[tuple[int, VersionCue]] = []  # every release cue in the file (see _assign_cues)
         self._frame_hint: tuple[int, str] | None = None  # a traceback frame's phase seen before its failure line
         self._orphans: list[tuple[_Run, _RankState]] = []  # untagged ranks made for tqdm bars before any rank
+        self._wrap: tuple[int, str] | None = None  # a one-line launch command, and what a terminal wrapped of it
 
     # ---- input ---------------------------------------------------------------------------------------
     def learn(self, head: str) -> None:
@@ -101,9 +102,22 @@ class LogBuilder(RunsAndRanks, Phases, CaptureLadders, Failures):
                     self._close_args()
                 return
             self._close_args()
+        if self._wrap is not None:
+            if _wrapped_part(p):
+                w = self._wrap
+                sep = " " if w[1].endswith((" ", "\t")) or p.msg[:1] in (" ", "\t", "-") else ""
+                self._wrap = (w[0], w[1] + sep + p.msg)  # a terminal cuts anywhere, a token too ("0.1" / "2")
+                self._scanner.follow = 1
+                return
+            self._close_wrap()
         if (self._cont or p.msg.endswith("\\")) and self._continuation(lineno, text, p):
             return
         self._record(lineno, text, p)
+
+    def _close_wrap(self) -> None:
+        w, self._wrap = self._wrap, None
+        if w is not None:
+            self._command(w[0], w[1])
 
     def _continuation(self, lineno: int, text: str, p: Prefixed) -> bool:
         """Collect backslash-continued lines (each without its prefix); the joined line is handled at the last."""
@@ -147,7 +161,8 @@ class LogBuilder(RunsAndRanks, Phases, CaptureLadders, Failures):
         if ("sgl" in msg or '"version"' in msg) and _MAY_STATE_RELEASE.search(msg) and (cue := version_cue(msg)):
             self._cues.append((lineno, cue))
         if is_launch_command(msg):
-            self._command(lineno, msg)
+            self._wrap = (lineno, msg)  # read once the lines a terminal wrapped it onto are joined (_wrapped_part)
+            self._scanner.follow = 1
             return
         if "Started server process [" in msg:
             self._server_process(lineno, msg)
@@ -262,6 +277,8 @@ class LogBuilder(RunsAndRanks, Phases, CaptureLadders, Failures):
 
     # ---- output ---------------------------------------------------------------------------------------
     def finish(self) -> list[Measurement]:
+        if self._wrap is not None:
+            self._close_wrap()
         if self._window is not None:
             self._close_window()
         if self._args is not None:
@@ -285,3 +302,12 @@ class LogBuilder(RunsAndRanks, Phases, CaptureLadders, Failures):
             self._settle_failures(run)
             out.append(finalize_run(run))
         return out
+
+
+def _wrapped_part(p: Prefixed) -> bool:
+    """A line right after a one-line launch command that is more of it, wrapped by a terminal: no record prefix,
+    not blank, not a command or failure line of its own ("launch_server.py: error: … --bogus"), and carrying a flag
+    ("ormat dummy     --dtype bfloat16 …")."""
+    msg = p.msg
+    return (p.hms is None and p.label is None and bool(msg.strip()) and (" --" in msg or msg.lstrip().startswith("--"))
+            and not is_launch_command(msg) and not msg.endswith("\\") and evidence(msg) is None)  # fmt: skip

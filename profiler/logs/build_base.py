@@ -43,6 +43,7 @@ class BuilderState:
     _cues: list[tuple[int, VersionCue]]
     _frame_hint: tuple[int, str] | None
     _orphans: list[tuple[_Run, _RankState]]
+    _wrap: tuple[int, str] | None
 
 
 def _mib_key(key: str) -> str:

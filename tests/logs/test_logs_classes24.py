@@ -199,3 +199,17 @@ def test_a_pool_below_its_cap_still_implies_the_fraction() -> None:
     lines = [x.replace("size: 2.00 GB", "size: 10.00 GB") for x in _capped(163840, 1_000_000)]
     (m,) = parse_log(lines, name="below.log")
     assert m.mfs_origin == "implied" and m.mfs is not None and abs(m.mfs - 0.462) < 0.001
+
+
+def test_a_command_wrapped_by_the_terminal_is_joined() -> None:
+    lines = [
+        "$ python -m sglang.launch_server --model-path /m/qwen --mem-fraction-static 0.1",
+        "2 --tp 2",
+        "[2025-06-01 10:00:00 TP0] Load weight begin. avail mem=78.00 GB",
+    ]
+    (m,) = parse_log(lines, name="wrapped.log")
+    assert m.args["mem_fraction_static"] == 0.12 and m.args["tp_size"] == 2
+    lines2 = ["python -m sglang.launch_server --model-path m --bogus-flag 1",
+              "launch_server.py: error: unrecognized arguments: --bogus-flag 1"]  # fmt: skip
+    (m2,) = parse_log(lines2, name="bad.log")
+    assert m2.failure is not None and m2.failure.kind == "bad_args"
