@@ -11,8 +11,9 @@ in tokens), failure_reason_contains (a substring of the failure message or the v
 speculative run: draft_weights, draft_kv_pool, draft_decode_graph, target_verify_graph (PHASE_ALIASES); capture
 keys begin_avail_gib (the begin line's avail mem) and min_ladder_avail_gib (the lowest tqdm avail_mem); failure
 keys reserved_by_torch_* and outside_torch_* beside torch's other OOM numbers (tests/fixtures/logs/FIELDS-NEW.md).
-A key that is absent is not checked (an unknown run-level key fails); JSON null means "must be None". *_gib keys
-compare with MiB/1024 and *_mib keys with MiB, both within 0.005.
+At the file's top level, "classes" lists the issue-24 classes of log text the log covers (CLASSES; counted per
+class by `class_coverage`). A key that is absent is not checked (an unknown run-level key fails); JSON null means
+"must be None". *_gib keys compare with MiB/1024 and *_mib keys with MiB, both within 0.005.
 """
 
 from __future__ import annotations
