@@ -236,6 +236,8 @@ class LogBuilder(RunsAndRanks, Phases, CaptureLadders, Failures):
         key = f"{date or ''} {hms}" if hms else None
         if not label and len(self._run.ranks) == 1 and "" not in self._run.ranks:
             label = next(iter(self._run.ranks))  # an untagged line in a one-rank log (a bare ready line) is its
+        if self._run.floating is not None and ev.phase in ("init_parallel", "weights") and kind in ("begin", "end"):
+            self._drop_floating(lineno)
         rs = self._rank_for_phase(lineno, label or "", key, ev)
         self._run.touch(lineno)
         self._last_label = rs.rank.label
@@ -250,6 +252,17 @@ class LogBuilder(RunsAndRanks, Phases, CaptureLadders, Failures):
             self._ready(rs, lineno, t, ev)
         elif kind == "ladder":
             self._ladder(lineno, ev, rs)
+
+    def _drop_floating(self, lineno: int) -> None:
+        """Failure text seen before any rank logged, then a startup line: it preceded this start (an earlier attempt's
+        traceback quoted in prose, an error summary above the log), so it is not this run's failure."""
+        fs, self._run.floating = self._run.floating, None
+        if fs is not None:
+            self._run.m.notes.append(
+                f"line {fs.failure.line}: failure text before the startup at line {lineno} "
+                f"('{fs.failure.message[:120]}') is not this run's failure: quoted before its start (an earlier "
+                "attempt, or a summary)"
+            )
 
     # ---- serving traffic ---------------------------------------------------------------------------------
     def _serve(self, lineno: int, label: str | None, ev: Event) -> None:

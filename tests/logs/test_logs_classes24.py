@@ -213,3 +213,35 @@ def test_a_command_wrapped_by_the_terminal_is_joined() -> None:
               "launch_server.py: error: unrecognized arguments: --bogus-flag 1"]  # fmt: skip
     (m2,) = parse_log(lines2, name="bad.log")
     assert m2.failure is not None and m2.failure.kind == "bad_args"
+
+
+STARTED = [
+    *SPEC[:6],
+    "[2025-06-04 10:01:06 TP0] max_total_num_tokens=400000, chunked_prefill_size=8192, "
+    "max_prefill_tokens=16384, max_running_requests=48, context_len=8192, available_gpu_mem=12.20 GB",
+]
+
+
+def test_a_traceback_quoted_before_the_log_is_not_its_failure() -> None:
+    lines = ["The traceback I got:", "Traceback (most recent call last):",
+             '  File "/x/sglang/srt/model_executor/model_runner.py", line 10, in init_memory_pool',
+             "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.", "",
+             "Then I lowered it and the log is:", *STARTED]  # fmt: skip
+    (m,) = parse_log(lines, name="prose.log")
+    assert m.failure is None and judge(m)[0].verdict == "ok"
+    assert any(n.startswith("line 4: failure text before the startup at line 7") for n in m.notes)
+
+
+def test_an_error_summary_above_the_log_does_not_replace_its_failure() -> None:
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
+    lines = [
+        f"I get this error: {oom}",
+        "",
+        *STARTED,
+        "[2025-06-04 10:02:00 TP0] Decode batch. #running-req: 30, #token: 300000, token usage: 0.75, "
+        "gen throughput (token/s): 1000.00, #queue-req: 0",
+        "[2025-06-04 10:02:01 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+        oom,
+    ]
+    (m,) = parse_log(lines, name="summary.log")
+    assert m.failure is not None and (m.failure.kind, m.failure.line) == ("oom_runtime", 11)
