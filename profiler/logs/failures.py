@@ -23,13 +23,13 @@ DETAIL_CHARS = 600
 OOM_WINDOW_LINES = 80  # a wrapped OOM message: at most this many lines (and OOM_WINDOW_CHARS) are joined
 OOM_WINDOW_CHARS = 3000
 # Evidence that a failure happened; a bare traceback ending in an exception line is only tentative.
-DEFINITIVE = frozenset({"exception", "oom", "capture", "cuda_error", "exit", "timeout", "no_kv"})
+DEFINITIVE = frozenset({"exception", "oom", "capture", "cuda_error", "exit", "timeout", "no_kv", "signal"})
 
 
 class Evidence(NamedTuple):
     """What one line says about a failure."""
 
-    what: str  # oom|capture|exception|traceback|tail|cuda_error|sigquit|exit|timeout|no_kv|frame
+    what: str  # oom|capture|exception|traceback|tail|cuda_error|signal|sigquit|exit|timeout|no_kv|frame
     message: str
     oom: bool = False
     capture: bool = False
@@ -43,6 +43,11 @@ _TAIL = re.compile(  # triton's "triton.runtime.errors.OutOfResources: out of re
     r"(?::|$)"
 )
 _CAPTURE_FAILED = re.compile(r"Capture (.{0,40}?) ?failed\b")
+# A process killed by a signal: Python's faulthandler ("Fatal Python error: Segmentation fault"), sglang's own
+# handler ("!!!!!!! Segfault encountered !!!!!!!", NCCL inside a capture), the shell ("Segmentation fault (core
+# dumped)"), torch.multiprocessing ("… terminated with signal SIGSEGV").
+_SIGNAL = re.compile(r"^(?:Fatal Python error: (?:Segmentation fault|Aborted|Bus error)|!+ Segfault encountered !*"
+                     r"|Segmentation fault(?: \(core dumped\))?$)|terminated with signal SIG[A-Z]+")  # fmt: skip
 _EXIT = re.compile(r"exit code:? (-?\d+)|terminated with (-?\d+)|exited with code (-?\d+)")
 _FRAME = re.compile(r'^\s*File "([^"]*)", line \d+, in (\w+)')
 _ARGPARSE = re.compile(r"^(?:usage: (?:launch_server|sglang)|\S*(?:launch_server(?:\.py)?|sglang serve): error: )")
@@ -91,6 +96,8 @@ def evidence(msg: str, record: bool = False) -> Evidence | None:
         return Evidence("tail", s)
     if s.startswith("CUDA error") or "CUDA error:" in s:
         return Evidence("cuda_error", s)
+    if ("egment" in s or "Segfault" in s or "SIG" in s or "Fatal Python" in s) and _SIGNAL.search(s):
+        return Evidence("signal", s)
     if "Received sigquit" in s:
         return Evidence("sigquit", s)
     if "watchdog timeout" in s:

@@ -97,7 +97,7 @@ def finalize_run(run: _Run) -> Measurement:
     failed = [r.failure for r in m.ranks if r.failure is not None]
     m.failure = min(failed, key=lambda f: f.line or 0) if failed else None
     m.serving = dict(run.serving)
-    extra, extra_from, notes = log_args(m)
+    extra, extra_from, notes = log_args(m, run.resolved)
     m.args.update(extra)
     m.args_from.update(extra_from)
     m.notes.extend(notes)

@@ -14,7 +14,10 @@ import shlex
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-_LAUNCH = re.compile(r"(?:^|[\s;&|(])(?:\S*python[\d.]*\s+(?:-\S+\s+)*-m\s+sglang\.launch_server\b|"
+# The programs that take sglang's ServerArgs and size its memory: the server, and bench_one_batch (its ModelRunner
+# with the same ServerArgs.add_cli_args flags).
+_MODULES = ("sglang.launch_server", "sglang.bench_one_batch")
+_LAUNCH = re.compile(r"(?:^|[\s;&|(])(?:\S*python[\d.]*\s+(?:-\S+\s+)*-m\s+sglang\.(?:launch_server|bench_one_batch)\b|"
                      r"sglang\s+serve\b|\S*python[\d.]*\s+\S*sglang/launch_server\.py\b)")  # fmt: skip
 _ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _PROMPT = re.compile(r"^(?:\(\S+\)\s*)?[\w.-]+@([\w.-]+):\S*[#$]\s")
@@ -91,7 +94,7 @@ def _entry(tokens: list[str]) -> int | None:
     for j, t in enumerate(tokens):
         base = t.rsplit("/", 1)[-1]
         if _PYTHON.fullmatch(base) and any(
-            x == "sglang.launch_server" or x.endswith("launch_server.py") for x in tokens[j + 1 : j + 6]
+            x in _MODULES or x.endswith("launch_server.py") for x in tokens[j + 1 : j + 6]
         ):
             return j
         if base == "sglang" and tokens[j + 1 : j + 2] == ["serve"]:
@@ -113,7 +116,7 @@ def _after_entry(tokens: list[str], i: int) -> int:
     """Index of the first argument after `… -m sglang.launch_server` / `sglang serve` / `launch_server.py`."""
     for j in range(i, len(tokens)):
         t = tokens[j]
-        if t == "sglang.launch_server" or t.endswith("launch_server.py"):
+        if t in _MODULES or t.endswith("launch_server.py"):
             return j + 1
         if t == "serve" and j > 0 and tokens[j - 1].endswith("sglang"):
             return j + 1

@@ -47,6 +47,9 @@ KEYWORDS: tuple[bytes, ...] = (
     b"Subprocess",
     b"Rank ",
     b"Received sigquit",
+    b"egmentation fault",  # a process killed by a signal (failures._SIGNAL): "Fatal Python error: Segmentation …"
+    b"Segfault",  # sglang's own handler: "!!!!!!! Segfault encountered !!!!!!!"
+    b"with signal SIG",  # torch.multiprocessing: "process 3 terminated with signal SIGSEGV"
     b"ForC",
     b'File "',
     b"Found local HF",

@@ -42,6 +42,7 @@ class Prefixed(NamedTuple):
     msg: str
     lead: str = ""
     pid: int | None = None
+    gpu_tag: str = ""  # a 2024 rank tag read into `label`: "[gpu=N]" (sglang 0.2.x) or "[gpu_id=N]" (0.1.x)
 
 
 # ---- prefixes ----------------------------------------------------------------------------------------------------
@@ -58,6 +59,10 @@ _PREFIXISH = re.compile(r"[\d|>]")
 _NUMERIC_LEAD = re.compile(r"(?:\d[\dTZ:.,+\-/]*\s+){1,4}(?:[|:>-]\s+)?")
 _FENCE = re.compile(r"```[\w+-]*[ \t]*")  # a markdown fence glued to the first line of a pasted block
 _PID = re.compile(r"\[(\d{2,})\]|\bpid[=: ](\d+)")
+# sglang 0.1.x/0.2.x log with format "%(message)s" and start each worker's message with its GPU id:
+# "[gpu_id=0] Load weight begin. …" (0.1.x: managers/controller/model_runner.py), "[gpu=0] …" (0.2.x:
+# model_executor/model_runner.py, managers/tp_worker.py).
+_GPU_TAG = re.compile(r"\[gpu(?:_id)?=(\d+)\] ?")
 
 
 def shape(lead: str) -> str:
@@ -127,7 +132,15 @@ class PrefixLearner:
             self._known.sort(key=lambda kv: (-len(kv[0]), kv[0]))  # the longest shape first (most specific)
 
     def split(self, text: str) -> Prefixed:
-        """The line's record (wherever it starts) and message, with the prefix in front removed."""
+        """The line's record (wherever it starts) and message, with the prefix in front removed. A 2024 GPU tag
+        at the message's start ("[gpu=N] ", "[gpu_id=N] ") is that worker's rank tag: label "TPN" (those
+        releases give TP worker r the GPU base_gpu_id + r, base 0 with one data-parallel group)."""
+        p = self._split(text)
+        if p.msg[:4] == "[gpu" and not p.label and (g := _GPU_TAG.match(p.msg)) is not None:
+            return p._replace(label=f"TP{g.group(1)}", msg=p.msg[g.end() :], gpu_tag=g.group().strip())
+        return p
+
+    def _split(self, text: str) -> Prefixed:
         if text[:1] == "[":
             p = split_prefix(text)
             if p.hms is not None and p.msg[:1] != "[":

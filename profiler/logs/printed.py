@@ -194,8 +194,12 @@ def _implied_on(m: Measurement, r: Rank) -> Fraction | None:
     start, d_start, start_how = _free_at_start(r, w)
     if start is None or start <= 0:
         return None
-    budget, d_budget, budget_how, capped = _budget(m, kv)
     label = f"rank '{r.label}'" if r.label else "the worker"
+    cap = _capped_by_max_total_tokens(m, r, kv)
+    if cap:
+        return Fraction(None, "unknown", f"{cap} on {label}: the pool was sized by that cap, not by the fraction, "
+                        "so nothing implies the fraction")  # fmt: skip
+    budget, d_budget, budget_how, capped = _budget(m, kv)
     if budget is None or w.after is None or w.after.free_mib is None:
         return _upper_bound(kv, start, start_how, label)
     after = w.after.free_mib / GIB
@@ -212,6 +216,28 @@ def _implied_on(m: Measurement, r: Rank) -> Fraction | None:
     if capped:
         how += f"; a lower bound ({capped})"
     return Fraction(round(frac, 3), "implied", how, round(err, 4), "lower" if capped else "")
+
+
+def _capped_by_max_total_tokens(m: Measurement, r: Rank, kv: Phase) -> str:
+    """Why the pool is --max-total-tokens' size ('' when it is not): sglang sizes the pool from the fraction, then
+    takes min(that, max_total_tokens) rounded down to the page (model_runner.init_memory_pool / the KV cache
+    configurator), so a pool of the cap's size says only that the fraction allowed at least that much."""
+    cap = m.args.get("max_total_tokens")
+    if not isinstance(cap, int) or isinstance(cap, bool) or cap <= 0:
+        return ""
+    tokens = kv.details.get("kv_tokens")
+    ready = r.phase("ready")
+    if not isinstance(tokens, int) and ready is not None:
+        tokens = ready.details.get("max_total_num_tokens")
+    if not isinstance(tokens, int):
+        return ""
+    page = m.args.get("page_size")
+    known = isinstance(page, int) and not isinstance(page, bool) and page > 0
+    floor = cap // page * page if known else cap - 255  # page unknown: rounded down to a page of up to 256 tokens
+    if tokens < floor:
+        return ""
+    page = page if known else "unknown"
+    return f"the pool holds {tokens:,} tokens, the --max-total-tokens {cap:,} cap (page {page})"
 
 
 def _upper_bound(kv: Phase, start: float, start_how: str, label: str) -> Fraction | None:
@@ -264,8 +290,9 @@ def _budget(m: Measurement, kv: Phase) -> tuple[float | None, float, str, str]:
     n_printed = sum(p[2] for p in parts)
     what = " + ".join(dict.fromkeys(p[0] for p in parts))
     capped = []
-    if "max_total_tokens" in m.args:
-        capped.append(f"max_total_tokens={m.args['max_total_tokens']} caps the pool")
+    cap = m.args.get("max_total_tokens")
+    if isinstance(cap, int) and not isinstance(cap, bool) and not isinstance(d.get("kv_tokens"), int):
+        capped.append(f"max_total_tokens={cap} may cap the pool (its token count is not printed)")
     labelled = [x for r in m.ranks for p in r.phases_named("kv_pool") for x in p.details.get("labelled_pools") or []]
     if labelled:
         capped.append("other per-token pools share the budget")

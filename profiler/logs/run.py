@@ -49,6 +49,7 @@ class _Run:
         "floating",
         "formats",
         "gpu_clues",
+        "gpu_tagged",
         "index",
         "last_line",
         "m",
@@ -86,6 +87,7 @@ class _Run:
         self.mode_hint: tuple[str, int] | None = None  # PD role from a role-only message
         self.gpu_clues: list[GpuClue] = []  # lines naming its GPU or printing its capacity (gpu_evidence)
         self.quoted_args: dict[str, tuple[object, str]] = {}  # args an error message quotes → (value, where)
+        self.gpu_tagged = False  # a 2024 "[gpu=N]" rank tag was read as TP N (said once in the notes)
 
     def has_phases(self) -> bool:
         return any(rs.rank.phases for rs in self.ranks.values())

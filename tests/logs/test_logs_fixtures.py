@@ -11,8 +11,9 @@ in tokens), failure_reason_contains (a substring of the failure message or the v
 speculative run: draft_weights, draft_kv_pool, draft_decode_graph, target_verify_graph (PHASE_ALIASES); capture
 keys begin_avail_gib (the begin line's avail mem) and min_ladder_avail_gib (the lowest tqdm avail_mem); failure
 keys reserved_by_torch_* and outside_torch_* beside torch's other OOM numbers (tests/fixtures/logs/FIELDS-NEW.md).
-A key that is absent is not checked (an unknown run-level key fails); JSON null means "must be None". *_gib keys
-compare with MiB/1024 and *_mib keys with MiB, both within 0.005.
+At the file's top level, "classes" lists the issue-24 classes of log text the log covers (CLASSES; counted per
+class by `class_coverage`). A key that is absent is not checked (an unknown run-level key fails); JSON null means
+"must be None". *_gib keys compare with MiB/1024 and *_mib keys with MiB, both within 0.005.
 """
 
 from __future__ import annotations
@@ -250,6 +251,41 @@ def tricky_line_error(line: str) -> str | None:
     return None
 
 
+#: Classes of log text (issue 24) an expectation file may list under "classes": what its log covers.
+CLASSES = {
+    "gpu_id_tags": "2024 rank prefixes '[gpu_id=N]' (sglang 0.1.x) / '[gpu=N]' (0.2.x) read as ranks",
+    "text_around_log": "launch command, check_env output, prose or a quoted script around the log: no run of its own",
+    "speculative_decoding": "draft ModelRunner's init/load/pool/capture inside the target's run, target pool kept",
+    "pool_end_before_capture": "'Memory pool end' kept when a capture-begin reading follows it",
+    "failure_signal": "a segfault/signal (NCCL during capture) is a failure",
+    "failure_while_serving": "a failure after the ready line or inside request traffic is a runtime failure",
+    "max_total_tokens_cap": "no fraction implied from a pool --max-total-tokens capped",
+    "mla_request_pools": "an MLA prefill node's implied fraction net of the request pools",
+}
+
+
+def class_coverage() -> dict[str, list[str]]:
+    """Class → the fixture logs whose expectations list it (every class, covered or not)."""
+    out: dict[str, list[str]] = {c: [] for c in CLASSES}
+    for p in EXPECTED:
+        for c in json.loads(p.read_text()).get("classes") or []:
+            out.setdefault(c, []).append(p.stem)
+    return out
+
+
+def test_class_coverage_is_reported() -> None:
+    """Every class an expectation names is one the harness knows; the counts per class are printed (pytest -s, or
+    `python -m tests.logs.test_logs_fixtures`)."""
+    cov = class_coverage()
+    unknown = sorted(set(cov) - set(CLASSES))
+    assert not unknown, f"classes no one defined in CLASSES: {unknown}"
+    print(_coverage_table(cov))
+
+
+def _coverage_table(cov: dict[str, list[str]]) -> str:
+    return "\n".join(f"{c:26s} {len(v):2d}  {', '.join(v)}" for c, v in cov.items())
+
+
 def test_fixture_expectations_present() -> None:
     """The fixture logs and their expectations travel together."""
     if not EXPECTED:
@@ -263,3 +299,7 @@ def test_fixture_logs_parse_cleanly() -> None:
     for log in sorted(LOG_FIXTURES.glob("*.log")):
         for m in parse_log(log):
             assert m.unparsed_memory_lines == 0, (log.name, m.unparsed_examples)
+
+
+if __name__ == "__main__":
+    print(_coverage_table(class_coverage()))
