@@ -236,15 +236,15 @@ def test_bad_calibration_files(tmp_path: Path, capsys: pytest.CaptureFixture[str
 
 def test_patch_from_the_bundled_real_logs(tmp_path: Path, capsys, ingested: Path) -> None:
     """The bundled real logs: the decode graph's held-out-chosen shape (ratio: 17.92 MiB/bs, 71.68 MiB over max_bs 4)
-    raises every judged run's reserve; held out by model it avoids no OOM and gives up KV cache on the 9 runs
-    that can be judged (4 before issue 24 estimated a GPU capacity from the free memory), so --emit-patch
+    raises every judged run's reserve; held out by model it avoids no OOM and gives up KV cache on the 10 runs that can
+    be judged (4 before issue 24 estimated a GPU capacity from the free memory and added a fixture), so --emit-patch
     refuses and prints the evaluation (issue 18). calibration.json is still written, with the evidence and the
     candidates."""
     res = ingested
     patch, cal = tmp_path / "p.patch", tmp_path / "c.json"
     assert main(["calibrate", str(res), "--out", str(cal), "--emit-patch", str(patch)]) == 2
     said = capsys.readouterr()
-    assert "the whole reserve, leave-one-model-out" in said.out and "| unknown   |           9 |" in said.out
+    assert "the whole reserve, leave-one-model-out" in said.out and "| unknown   |          10 |" in said.out
     assert "refused: held out, the calibrated fraction gains no KV cache" in said.err
     assert not patch.exists()
     d = json.loads(cal.read_text())
