@@ -13,6 +13,7 @@ from profiler.logs.build_base import (
 )
 from profiler.logs.patterns import GRAPH_PHASES, Event
 from profiler.logs.run import _RankState, _Run
+from profiler.model.modelcfg import is_draft_architecture
 
 
 class Phases(BuilderState):
@@ -60,6 +61,13 @@ class Phases(BuilderState):
                 self._run.m.notes.append(f"line {lineno}: a second '{name}' end on rank '{rs.rank.label}' with "
                                          "none open: the draft model runner's (role draft)")  # fmt: skip
             rs.rank.phases.append(ph)
+        arch = (ev.details or {}).get("architecture")
+        if name == "weights" and arch and is_draft_architecture(arch) and ph.role != "draft":
+            # The load's own type names a draft head (sglang renames a draft's architecture: DeepseekV3ForCausalLM
+            # -> ...NextN; sglang-30609 prints only the draft's load): the draft's weights, whatever came before.
+            ph.details["role"] = "draft"
+            self._run.m.notes.append(f"line {lineno}: weight load on rank '{rs.rank.label}' of type {arch}, "
+                                     "a speculative draft architecture: the draft's weights (role draft)")  # fmt: skip
         ph.after = Snapshot(t=t, free_mib=_mib(ev.free))
         if ev.usage is not None:
             ph.usage_mib = ev.usage * GIB

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -39,6 +40,19 @@ MLA_ARCHITECTURES = frozenset(
         "Glm5NextForConditionalGeneration",
     }
 )
+
+# The marks sglang's draft-model architectures carry: `ModelConfig._config_draft_model` renames a target's
+# architecture for a speculative draft (DeepseekV3ForCausalLM -> DeepseekV3ForCausalLMNextN, Qwen3NextForCausalLM ->
+# Qwen3NextForCausalLMMTP, DeepseekV4ForCausalLM -> DeepseekV4ForCausalLMDSpark, ...), and eagle / DFlash / DSpark
+# heads are classes of their own (LlamaForCausalLMEagle3, DFlashDraftModel, DSparkMiniMaxDraftModel). No target
+# architecture of 0.5.23 carries one (tests/model/test_draft_arch.py checks both against sglang's code).
+_DRAFT_MARKS = re.compile(r"NextN|MTP|Eagle|Draft|DFlash|DSpark")
+
+
+def is_draft_architecture(name: str) -> bool:
+    """Whether an architecture name (a "Load weight end. type=..." field) is a speculative draft model's."""
+    return _DRAFT_MARKS.search(name) is not None
+
 
 _DTYPE_BYTES = {
     "float32": 4, "fp32": 4, "float": 4,

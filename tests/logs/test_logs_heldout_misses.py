@@ -1,0 +1,40 @@
+"""Issue 24's last held-out misses, each a general rule held on the real lines of the log that showed it."""
+
+from __future__ import annotations
+
+from profiler.logs import parse_log
+
+# tests/fixtures/logs-heldout/sglang-30609.log lines 2 and 5 (sglang issue 30609, GLM-5.2 TP8 EP8 with MTP): only
+# the NextN draft's load is in the excerpt, no "Load weight begin", no target load before it.
+NEXTN_LOAD = [
+    "[2026-07-14 07:51:06 TP0 EP0] Load weight end. elapsed=10.26 s, type=DeepseekV3ForCausalLMNextN, quant=fp8, "
+    "fmt=e4m3, avail mem=41.92 GB, mem usage=1.00 GB.",
+    "[2026-07-14 07:51:10 TP4 EP4] Load weight end. elapsed=14.48 s, type=DeepseekV3ForCausalLMNextN, quant=fp8, "
+    "fmt=e4m3, avail mem=44.16 GB, mem usage=1.00 GB.",
+]
+
+
+def test_nextn_load_is_the_drafts_weights() -> None:
+    (m,) = parse_log(NEXTN_LOAD, name="sglang-30609.log")
+    r0 = m.rank("TP0 EP0")
+    assert r0 is not None and r0.phase("weights") is None
+    w = r0.phase("weights", "draft")
+    assert w is not None and w.after is not None
+    assert w.after.free_mib == 41.92 * 1024 and w.usage_mib == 1.0 * 1024 and w.elapsed_s == 10.26
+    assert any("DeepseekV3ForCausalLMNextN" in n and "role draft" in n for n in m.notes)
+
+
+def test_target_load_then_nextn_load() -> None:
+    """A target load (begin and end, type the target's) then the draft's: two loads, the second the draft's."""
+    lines = [
+        "[2026-07-14 07:50:00 TP0 EP0] Load weight begin. avail mem=78.50 GB",
+        "[2026-07-14 07:50:50 TP0 EP0] Load weight end. elapsed=50.00 s, type=DeepseekV3ForCausalLM, quant=fp8, "
+        "fmt=e4m3, avail mem=42.92 GB, mem usage=35.58 GB.",
+        NEXTN_LOAD[0],
+    ]
+    (m,) = parse_log(lines, name="t.log")
+    r0 = m.rank("TP0 EP0")
+    assert r0 is not None
+    target, draft = r0.phase("weights"), r0.phase("weights", "draft")
+    assert target is not None and target.usage_mib == 35.58 * 1024
+    assert draft is not None and draft.usage_mib == 1.0 * 1024
