@@ -28,9 +28,10 @@ from profiler.logs.matchers import PEAK_FIELDS, PEAK_RE_WINDOW, ReMatcher, defau
 CHUNK_BYTES = 4 << 20
 MAX_LINE_BYTES = 1 << 20  # a longer "line" (no newline at all) is cut so memory stays bounded
 
-# Rank tags of every line ("[… DP0 TP0 EP0] "), anywhere near a line's start: a rank that logs no memory
-# line still exists; once RANK_DISCOVERY_BYTES in a row bring no new label, stop looking (speed).
-_LABEL = re.compile(rb"\[\d[\d\- :.,T]{7,29}?((?: [A-Z][A-Z_]*\d+)+) ?\]")
+# Rank tags of every line ("[… DP0 TP0 EP0] ", or 2024's "[gpu=N] " / "[gpu_id=N] ": prefixes.py), anywhere near
+# a line's start: a rank that logs no memory line still exists (sglang-565: four "[gpu_id=N] Set cuda device." lines,
+# nothing else); once RANK_DISCOVERY_BYTES in a row bring no new label, stop looking (speed).
+_LABEL = re.compile(rb"\[(?:\d[\d\- :.,T]{7,29}?((?: [A-Z][A-Z_]*\d+)+) ?|(gpu(?:_id)?=\d+))\]")
 RANK_DISCOVERY_BYTES = 4 << 20
 _ANSI = re.compile(rb"\x1b\[[0-9;?]*[ -/]*[@-~]")
 
@@ -193,7 +194,7 @@ class LineScanner:
                 break
             stop = n if lim >= n else (body.find(b"\n", lim - 1) + 1 or n)
             for m in _LABEL.finditer(body, pos, stop):
-                lab = m.group(1)
+                lab = m.group(1) or m.group(2) or b""
                 if lab not in self._labels:
                     self._labels.add(lab)
                     found.append((m.start(), lab))

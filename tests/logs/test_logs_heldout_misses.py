@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from profiler.logs import parse_log
 
 # tests/fixtures/logs-heldout/sglang-30609.log lines 2 and 5 (sglang issue 30609, GLM-5.2 TP8 EP8 with MTP): only
@@ -38,3 +40,28 @@ def test_target_load_then_nextn_load() -> None:
     target, draft = r0.phase("weights"), r0.phase("weights", "draft")
     assert target is not None and target.usage_mib == 35.58 * 1024
     assert draft is not None and draft.usage_mib == 1.0 * 1024
+
+
+# tests/fixtures/logs-heldout/sglang-565.log lines 16-24 (sglang issue 565, sglang 0.1.17, TP 4): the excerpt ends
+# before any memory line; each worker says only "[gpu_id=N] Set cuda device." / "Init nccl begin.".
+GPU_ID_ONLY = [
+    "Special tokens have been added in the vocabulary, make sure the associated word embeddings are fine-tuned or "
+    "trained.",
+    "[gpu_id=0] Set cuda device.",
+    "[gpu_id=1] Set cuda device.",
+    "[gpu_id=2] Set cuda device.",
+    "[gpu_id=3] Set cuda device.",
+    "[gpu_id=0] Init nccl begin.",
+    "[gpu_id=1] Init nccl begin.",
+    "[gpu_id=2] Init nccl begin.",
+]
+
+
+def test_gpu_id_tags_on_lines_without_a_reading_are_ranks(tmp_path: Path) -> None:
+    """The line scanner's rank discovery sees 2024 tags too, so a rank that logs no memory line still exists."""
+    (m,) = parse_log(GPU_ID_ONLY, name="sglang-565.log")
+    assert [r.label for r in m.ranks] == ["TP0", "TP1", "TP2", "TP3"]
+    f = tmp_path / "gpu.log"
+    f.write_text("\n".join(s.replace("gpu_id=", "gpu=") for s in GPU_ID_ONLY) + "\n")
+    (m2,) = parse_log(f, chunk_bytes=64)  # 0.2.x's "[gpu=N]", the file read in small chunks
+    assert [r.label for r in m2.ranks] == ["TP0", "TP1", "TP2", "TP3"]
