@@ -21,7 +21,9 @@ _LAUNCH = re.compile(r"(?:^|[\s;&|(])(?:\S*python[\d.]*\s+(?:-\S+\s+)*-m\s+sglan
                      r"sglang\s+serve\b|\S*python[\d.]*\s+\S*sglang/launch_server\.py\b)")  # fmt: skip
 _ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _PROMPT = re.compile(r"^(?:\(\S+\)\s*)?[\w.-]+@([\w.-]+):\S*[#$]\s")
-_PYTHON = re.compile(r"python[\d.]*")
+# The program word: `python3`, or glued to the prose in front of it ("I execute :python -m sglang.launch_server …",
+# sglang-744), as `_LAUNCH` allows (`\S*python`).
+_PYTHON = re.compile(r"(?:^|[^\w.-])python[\d.]*$")
 _INT = re.compile(r"^-?\d+$")
 _FLOAT = re.compile(r"^-?(?:\d+\.\d*|\.\d+|\d+(?:\.\d*)?[eE][-+]?\d+)$")
 _SHELL_STOP = frozenset({"|", "||", "&&", ";", "&", ">", ">>", "2>&1", "1>&2", "<"})
@@ -93,7 +95,7 @@ def _entry(tokens: list[str]) -> int | None:
     """Index of the program word: `python…` that runs launch_server, or `sglang` (serve)."""
     for j, t in enumerate(tokens):
         base = t.rsplit("/", 1)[-1]
-        if _PYTHON.fullmatch(base) and any(
+        if _PYTHON.search(base) and any(
             x in _MODULES or x.endswith("launch_server.py") for x in tokens[j + 1 : j + 6]
         ):
             return j
@@ -148,6 +150,11 @@ def _flags(tokens: list[str]) -> tuple[dict[str, Any], list[str]]:
                 break
             vals.append(tokens[j])
             j += 1
+        if len(vals) > 1 and _number(vals[0]) and not _number(vals[1]):
+            # words after a number: prose after the command ("--port 8000    follow error:", sglang-744), not
+            # values (sglang's many-valued flags take numbers alike, or words alike)
+            leftovers.extend(vals[1:])
+            vals = vals[:1]
         if not vals:
             args[key] = True
         elif len(vals) == 1:
@@ -156,6 +163,10 @@ def _flags(tokens: list[str]) -> tuple[dict[str, Any], list[str]]:
             args[key] = [typed(v) for v in vals]
         i = j
     return args, leftovers
+
+
+def _number(tok: str) -> bool:
+    return _INT.match(tok) is not None or _FLOAT.match(tok) is not None
 
 
 def arg_name(flag: str) -> str:

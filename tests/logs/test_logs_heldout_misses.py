@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from profiler.logs import parse_log
+from profiler.logs.launchcmd import parse_launch_command
 
 # tests/fixtures/logs-heldout/sglang-30609.log lines 2 and 5 (sglang issue 30609, GLM-5.2 TP8 EP8 with MTP): only
 # the NextN draft's load is in the excerpt, no "Load weight begin", no target load before it.
@@ -65,3 +66,32 @@ def test_gpu_id_tags_on_lines_without_a_reading_are_ranks(tmp_path: Path) -> Non
     f.write_text("\n".join(s.replace("gpu_id=", "gpu=") for s in GPU_ID_ONLY) + "\n")
     (m2,) = parse_log(f, chunk_bytes=64)  # 0.2.x's "[gpu=N]", the file read in small chunks
     assert [r.label for r in m2.ranks] == ["TP0", "TP1", "TP2", "TP3"]
+
+
+# tests/fixtures/logs-heldout/sglang-744.log line 1 (sglang issue 744, July 2024): the command glued to the prose in
+# front of it (":python") and followed by more prose on the same line.
+PROSE_COMMAND = (
+    "I execute :python -m sglang.launch_server --model-path Qwen/Qwen2-7B-Instruct  --tp 2 --mem-fraction-static "
+    "0.7  --enable-p2p-check --host 0.0.0.0 --port 8000    follow error:"
+)
+
+
+def test_prose_wrapped_command_gives_its_flags() -> None:
+    cmd = parse_launch_command(PROSE_COMMAND)
+    assert cmd is not None
+    assert cmd.args == {"model_path": "Qwen/Qwen2-7B-Instruct", "tp_size": 2, "mem_fraction_static": 0.7,
+                        "enable_p2p_check": True, "host": "0.0.0.0", "port": 8000}  # fmt: skip
+    assert cmd.leftovers == ("follow", "error:")
+    # many-valued flags keep all their numbers; a path word glued to "python" is no program word
+    many = parse_launch_command("python3 -m sglang.launch_server --cuda-graph-bs 1 2 4 --tp 2")
+    assert many is not None and many.args == {"cuda_graph_bs": [1, 2, 4], "tp_size": 2}
+    assert parse_launch_command("cpython -m sglang.launch_server --tp 2") is None
+
+
+def test_prose_wrapped_command_sets_the_runs_fraction() -> None:
+    lines = [
+        PROSE_COMMAND,
+        "[gpu_id=0] Load weight end. type=Qwen2ForCausalLM, dtype=torch.bfloat16, avail mem=15.61 GB",
+    ]
+    (m,) = parse_log(lines, name="sglang-744.log")
+    assert m.args.get("mem_fraction_static") == 0.7 and m.identity.tp == 2
