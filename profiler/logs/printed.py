@@ -11,7 +11,9 @@ KV budget sglang sized, else unknown. sglang sizes the pool (model_runner.profil
 release since 0.4) as `rest = avail_after_weights − free_at_start × (1 − mfs)`, so
 `mfs = 1 − (avail_after_weights − kv_budget) / free_at_start`. The pool printed is at most the budget (it is
 capped by --max-total-tokens, rounded to pages), so a fraction implied from the printed pool is a lower
-bound unless nothing can have capped it; the log's 0.01 GB printing gives it an uncertainty, shown.
+bound unless nothing can have capped it; the log's 0.01 GB printing gives it an uncertainty, shown. With no pool
+size printed, the free memory after the pool bounds the fraction from above, once the request pools sglang builds
+out of the slack after sizing (req_to_token: `profiler.model.kv_sizing`) are added back.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any, NamedTuple
 
 from profiler.core.measurement import Measurement, Phase, Rank
 from profiler.core.units import MIB_PER_GIB
+from profiler.model.kv_sizing import REQ_TO_TOKEN_EXTRA_COLS, admitted_requests, req_to_token_mib
 
 GIB = MIB_PER_GIB  # sglang's "GB" is GiB (profiler.core.units)
 PRINT_GIB = 0.005  # sglang prints GiB with two decimals: each number is ±0.005 GiB
@@ -201,7 +204,7 @@ def _implied_on(m: Measurement, r: Rank) -> Fraction | None:
                         "so nothing implies the fraction")  # fmt: skip
     budget, d_budget, budget_how, capped = _budget(m, kv)
     if budget is None or w.after is None or w.after.free_mib is None:
-        return _upper_bound(kv, start, start_how, label)
+        return _upper_bound(m, r, kv, start, start_how, label)
     after = w.after.free_mib / GIB
     frac = 1 - (after - budget) / start
     err = (PRINT_GIB + d_budget) / start + abs(after - budget) * d_start / start**2
@@ -240,19 +243,54 @@ def _capped_by_max_total_tokens(m: Measurement, r: Rank, kv: Phase) -> str:
     return f"the pool holds {tokens:,} tokens, the --max-total-tokens {cap:,} cap (page {page})"
 
 
-def _upper_bound(kv: Phase, start: float, start_how: str, label: str) -> Fraction | None:
+def _upper_bound(m: Measurement, r: Rank, kv: Phase, start: float, start_how: str, label: str) -> Fraction | None:
     """No pool size printed: the free memory right after the pool is start × (1 − mfs) less whatever else the
-    pool step allocated, so 1 − pool_end / start is at least the fraction (an upper bound)."""
+    pool step allocated, so 1 − pool_end / start is at least the fraction (an upper bound). sglang builds the
+    request pools out of the slack after sizing the KV pool and before it prints "Memory pool end"
+    (kv_cache_configurator.configure, 0.5.23; model_runner.init_memory_pool before): where the log gives the pool's
+    tokens and the context, req_to_token is added back (`_request_pools`), which tightens the bound."""
     if kv.after is None or kv.after.free_mib is None:
         return None
     end = kv.after.free_mib / GIB
-    frac = 1 - end / start
+    req_gib, req_how = _request_pools(m, r, kv)
+    frac = 1 - (end + req_gib) / start
     if frac < MIN_IMPLIED or frac > 1:
         return None
-    how = (f"implied upper bound: 1 − free after the KV pool {end:.2f} / free at start {start:.2f} ({start_how}) "
-           f"= {frac:.3f}, on {label} (no pool size printed; anything else the pool step allocated lowers "
-           "it)")  # fmt: skip
+    freed = (f"(free after the KV pool {end:.2f} + request pools {req_gib:.2f}: {req_how})" if req_how
+             else f"free after the KV pool {end:.2f}")  # fmt: skip
+    how = (f"implied upper bound: 1 − {freed} / free at start {start:.2f} ({start_how}) = {frac:.3f}, on {label} "
+           "(no pool size printed; anything else the pool step allocated lowers it)")  # fmt: skip
     return Fraction(round(frac, 3), "implied", how, None, "upper")
+
+
+def _request_pools(m: Measurement, r: Rank, kv: Phase) -> tuple[float, str]:
+    """(GiB, how) of the req_to_token pool sglang built after sizing the KV pool: int32 [requests + 1, context + 4]
+    (`kv_sizing.req_to_token_mib`), requests as the ready line prints them (sglang's resolved
+    max_running_requests), else `kv_sizing.admitted_requests` of the pool's tokens when a server_args repr shows
+    the user's value. (0.0, '') when the log does not give the tokens, the context and the requests. A decode
+    node's pre-allocated rows and the allocator's index are left out: they only lower the bound further."""
+    ready = r.phase("ready")
+    rd = ready.details if ready is not None else {}
+    tokens = rd.get("max_total_num_tokens", kv.details.get("kv_tokens"))
+    ctx = rd.get("context_len", m.args.get("context_length"))
+    if not _count(tokens) or not _count(ctx):
+        return 0.0, ""
+    reqs = rd.get("max_running_requests")
+    if _count(reqs):
+        said = f"max_running_requests={reqs:,} as the ready line prints it"
+    elif "max_running_requests" in m.args and m.args_source == "server_args":  # the full repr: None is sglang's
+        mrr = m.args["max_running_requests"]
+        reqs = admitted_requests(tokens, ctx, mrr if _count(mrr) else None, _attn_dp(m.args))
+        said = f"sglang admits {reqs:,} requests for {tokens:,} tokens at context {ctx:,}"
+    else:
+        return 0.0, ""  # a user's --max-running-requests the text does not show may be smaller: nothing added
+    cols = ctx + REQ_TO_TOKEN_EXTRA_COLS
+    mib = req_to_token_mib(reqs + 1, cols)
+    return mib / GIB, f"req_to_token int32 [{reqs + 1:,} × {cols:,}] = {mib:.1f} MiB, {said}"
+
+
+def _count(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0
 
 
 def _free_at_start(r: Rank, w: Phase) -> tuple[float | None, float, str]:

@@ -28,6 +28,9 @@ REQS_PER_CONTEXT = 512
 MIN_ESTIMATED_REQS = 2048
 MAX_ESTIMATED_REQS = 4096
 INT32_BYTES = 4
+#: req_to_token's columns beyond the context: get_req_to_token_extra_context_len (allocation_sizing.py:96-105),
+#: 4 + the speculative draft tokens (0 without a draft); the same "context_len + 4" in the 0.4/0.5 ReqToTokenPool.
+REQ_TO_TOKEN_EXTRA_COLS = 4
 
 
 def admitted_requests(tokens: int, context_len: int, max_running_requests: int | None = None,

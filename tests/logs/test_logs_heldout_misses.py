@@ -6,6 +6,7 @@ from pathlib import Path
 
 from profiler.logs import parse_log
 from profiler.logs.launchcmd import parse_launch_command
+from profiler.logs.printed import implied_fraction
 
 # tests/fixtures/logs-heldout/sglang-30609.log lines 2 and 5 (sglang issue 30609, GLM-5.2 TP8 EP8 with MTP): only
 # the NextN draft's load is in the excerpt, no "Load weight begin", no target load before it.
@@ -95,3 +96,31 @@ def test_prose_wrapped_command_sets_the_runs_fraction() -> None:
     ]
     (m,) = parse_log(lines, name="sglang-744.log")
     assert m.args.get("mem_fraction_static") == 0.7 and m.identity.tp == 2
+
+
+def test_upper_bound_adds_back_the_request_pools(root: Path) -> None:
+    """tests/fixtures/logs/repo_unknown_dsv4-flash_8xH20_fixture.log (DeepSeek-V4-Flash, 8 x H20, two runs at
+    mem_fraction_static 0.88 and 0.60, no pool size printed as K/V, no "Load weight end"): the bound from the free
+    memory after the pool, with req_to_token added back — int32 [256 + 1, 1,048,576 + 4] = 257 × 1,048,580 × 4 B
+    = 1,077,940,240 B = 1028.004 MiB = 1.00391 GiB (max_running_requests=256, context_len=1048576 on the ready line,
+    line 17/32).
+    Run 1: 1 − (10.18 + 1.00391) / 93.61 (line 3, Load weight begin) = 1 − 11.18391 / 93.61 = 0.88053 → 0.881
+    (without the request pool: 1 − 10.18 / 93.61 = 0.891, above the printed 0.88 by the pool).
+    Run 2: 1 − (36.31 + 1.00391) / 93.58 (pre_model_load, line 24) = 0.60126 → 0.601 (printed 0.60)."""
+    runs = parse_log(root / "tests/fixtures/logs/repo_unknown_dsv4-flash_8xH20_fixture.log")
+    got = [implied_fraction(m) for m in runs]
+    assert [(f.value, f.bound) for f in got if f is not None] == [(0.881, "upper"), (0.601, "upper")]
+    assert all(f is not None and "req_to_token int32 [257 × 1,048,580] = 1028.0 MiB" in f.how for f in got)
+    assert [m.args.get("mem_fraction_static") for m in runs] == [0.88, 0.6]  # each bound is above what was printed
+
+
+def test_request_pools_need_the_requests() -> None:
+    """No ready line and no server_args: the user's --max-running-requests is unknown, so nothing is added (the
+    bound stays 1 − free after the pool / free at start: 1 − 10.18 / 93.61 = 0.891)."""
+    lines = [
+        "[2026-05-15 08:39:36 TP0] Load weight begin. avail mem=93.61 GB",
+        "[2026-05-15 08:39:53 TP0] Memory pool end. avail mem=10.18 GB",
+    ]
+    (m,) = parse_log(lines, name="t.log")
+    f = implied_fraction(m)
+    assert f is not None and (f.value, f.bound) == (0.891, "upper") and "request pools" not in f.how
