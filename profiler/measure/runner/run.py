@@ -22,6 +22,7 @@ from profiler.measure.machine import GpuUse, cuda_machine, gpu_use
 from profiler.measure.probe.reader import ProbeRun, read_probe_dir
 from profiler.measure.runner.classify import Witnesses, classify
 from profiler.measure.runner.load import LoadResult, plan_load, run_load, serving_of
+from profiler.measure.runner.patience import Patience
 from profiler.measure.runner.worker import Worker, WorkerSpec, build_spec
 from profiler.model.scenario import Scenario, scenario_dict
 
@@ -240,6 +241,9 @@ def run_scenario(
             loads = _drive(worker, s, info or {}, device, say)
             _write_json(out_dir / "load.json", [r.as_dict() for r in loads])
             during_load = True
+            if any(r.failed for r in loads) and worker.alive():
+                # requests refused because the worker is going down: on a loaded machine its exit lags the refusals
+                Patience(5, "the worker exiting after its requests failed").until(lambda: not worker.alive())
             died = not worker.alive()
             timed_out = not died and any(r.timed_out for r in loads)
             during_load = died or timed_out
