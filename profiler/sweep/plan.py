@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from profiler.core.errors import MemfracError
+from profiler.engine.fraction import ScenarioFraction, scenario_fraction
 from profiler.engine.validation import Validation
 from profiler.model.a2a_inputs import report_for
 from profiler.model.heuristic import Reservation, inputs_from_scenario, reserve, rules_for
@@ -61,6 +62,15 @@ class Plan:
     validation: Validation | None = None  # sglang's own resolution of every scenario (None: not asked)
     unloadable: dict[str, str] = field(default_factory=dict)  # run key → why it is predicted not to load
     start_unloadable: bool = False  # start them anyway (--start-unloadable)
+    fractions: dict[str, ScenarioFraction] = field(default_factory=dict)  # the fraction each worker runs with
+
+    def fraction(self, name: str) -> ScenarioFraction:
+        """The fraction scenario `name`'s worker runs with (sglang's own where its resolver ran)."""
+        f = self.fractions.get(name)
+        return f if f is not None else scenario_fraction(self._scenario(name), self.reservations[name])
+
+    def _scenario(self, name: str) -> Scenario:
+        return next(s for s in self.scenarios if s.name == name)
 
     @property
     def skipped(self) -> dict[str, str]:
@@ -136,18 +146,20 @@ def assign_gpus(
     return placed, bad
 
 
-def load_refusal(s: Scenario, r: Reservation) -> str | None:
-    """Why scenario `s` is predicted not to load under the fraction reservation `r` gives it, or None.
+def load_refusal(s: Scenario, r: Reservation, f: ScenarioFraction | None = None) -> str | None:
+    """Why scenario `s` is predicted not to load under its fraction (`f`: sglang's own where its resolver ran;
+    else the model's, from `r`), or None.
 
     sglang sizes the pool as free_at_start × mfs − weights (profiler.model.kv_budget); with free_at_start taken
     as the GPU's whole capacity — more than any worker really finds free — a budget ≤ 0 means the weights
     cannot fit under the fraction on that GPU."""
-    kv = kv_budget(s, r.mem_fraction_static)
+    mfs = f.value if f is not None else r.mem_fraction_static
+    kv = kv_budget(s, mfs)
     if kv.budget_mib > 0:
         return None
     return (
         f"predicted not to load: weights ≈ {kv.weights_mib / 1024:.1f} GiB/GPU (estimated from config.json) do not "
-        f"fit under mfs {r.mem_fraction_static:.3f} of {s.gpu.total_mib} MiB ({s.gpu.name}); "
+        f"fit under mfs {mfs:.3f} of {s.gpu.total_mib} MiB ({s.gpu.name}); "
         "--start-unloadable starts it anyway"
     )
 
@@ -168,14 +180,15 @@ def make_plan(
         validation = check(scenarios, release if release != DEFAULT_RELEASE else None)
     rules = rules_for(release)
     res = {s.name: reserve(inputs_from_scenario(s), rules) for s in scenarios}
+    fr = {s.name: scenario_fraction(s, res[s.name], validation) for s in scenarios}
     runs = group_scenarios(scenarios, {n: r.resolved.decode_max_bs for n, r in res.items()})
     unloadable = {}
     for g in runs:
-        why = next((w for s in g.started if (w := load_refusal(s, res[s.name])) is not None), None)
+        why = next((w for s in g.started if (w := load_refusal(s, res[s.name], fr[s.name])) is not None), None)
         if why is not None:
             unloadable[g.key] = why
     _, bad = assign_gpus([g for g in runs if start_unloadable or g.key not in unloadable], gpus)
-    return Plan(scenarios, runs, gpus, res, bad, validation, unloadable, start_unloadable)
+    return Plan(scenarios, runs, gpus, res, bad, validation, unloadable, start_unloadable, fr)
 
 
 def _gib(x: float) -> str:
@@ -210,27 +223,27 @@ def render_plan(plan: Plan, *, per_term: bool = True) -> str:
     rows, warnings = [], []
     for s in plan.scenarios:
         r = plan.reservations[s.name]
-        row = [s.name, s.mode, f"{r.mem_fraction_static:.3f}", _gib(r.reserved_mib), ",".join(r.flags)]
+        f = plan.fraction(s.name)
+        model = f"{f.model:.3f}" + (" ≠" if f.differs else "")
+        row = [s.name, s.mode, f"{f.value:.3f}", f.source, model, _gib(r.reserved_mib), ",".join(r.flags)]
         if per_term:
             row.append(" · ".join(f"{t.name} {_gib(t.mib)}" for t in r.terms if t.on and t.mib))
         rows.append(row)
-        kv = kv_budget(s, r.mem_fraction_static)
+        kv = kv_budget(s, f.value)
         if kv.budget_mib <= 0:
             then = "started anyway (--start-unloadable)" if plan.start_unloadable else "skipped"
             warnings.append(
                 f"! {s.name}: weights ≈ {kv.weights_mib / 1024:.1f} GiB/GPU do not fit under "
-                f"mfs {r.mem_fraction_static:.3f} of {s.gpu.total_mib} MiB: expect it to fail at load — {then}"
+                f"mfs {f.value:.3f} of {s.gpu.total_mib} MiB: expect it to fail at load — {then}"
             )
         a2a = report_for(s, r)
         if a2a is not None:
             warnings.append(f"{s.name}: " + a2a_line(a2a))
-        v = plan.validation
-        resolved = v.fraction(s.name) if v is not None and v.validated else None
-        if v is not None and resolved is not None and resolved != r.heuristic_fraction:
-            warnings.append(f"! {s.name}: sglang {v.release} resolves {resolved}; the model says "
-                            f"{r.heuristic_fraction}")  # fmt: skip
-    head = ["scenario", "mode", "mfs", "reserved GiB", "flags"] + (["terms GiB"] if per_term else [])
-    lines.append(ui.table(head, rows, right=[False, False, True, True, False, False],
+        if f.note:
+            warnings.append(f"! {s.name}: {f.note}")
+    head = ["scenario", "mode", "mfs", "mfs from", "model mfs", "model reserve GiB", "flags"]
+    head += ["terms GiB"] if per_term else []
+    lines.append(ui.table(head, rows, right=[False, False, True, False, True, True, False, False],
                           title=f"heuristic reservation per scenario (sglang rules {rules})"))  # fmt: skip
     return "\n".join(lines + warnings)
 

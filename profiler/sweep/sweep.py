@@ -103,7 +103,7 @@ def record(store: Store, plan: Plan, r: JobResult, summary: SweepSummary) -> Non
     res, notes = reservation_for(m, g.launch)
     m.notes.extend(notes)
     analytic, device = deepep_sizes_mib(g.launch)
-    c = compare(m, res, deepep_analytic_mib=analytic)
+    c = compare(m, res, deepep_analytic_mib=analytic, resolved_mfs=_resolved_mfs(plan, g.launch))
     items: list[tuple[object, Comparison, RunContext]] = []
     rv = plan.reservations[g.launch.name].resolved
     ctx = context_for(g.launch, rv.decode_max_bs, rv.chunked_prefill_size)
@@ -130,6 +130,13 @@ def record(store: Store, plan: Plan, r: JobResult, summary: SweepSummary) -> Non
         summary.rows.append((mm.scenario or mm.id, r.result.status, cc.verdict, detail[:110]))  # type: ignore[union-attr]
     if r.result.status != "ok":
         summary.failed += len(items)
+
+
+def _resolved_mfs(plan: Plan, s: Scenario) -> float | None:
+    """sglang's own resolved fraction for `s` when its resolver ran on the plan (the worker's /server_info, when it
+    reports one, still comes first in compare)."""
+    f = plan.fraction(s.name)
+    return f.value if f.from_sglang else None
 
 
 SKIPPED = "skipped"  # a manifest status: the sweep chose not to start the run (the reason is recorded)
@@ -159,7 +166,7 @@ def record_pair(store: Store, plan: Plan, r: JobResult, summary: SweepSummary) -
         res, notes = reservation_for(m, s)
         m.notes.extend(notes)
         analytic, device = deepep_sizes_mib(s)
-        c = compare(m, res, deepep_analytic_mib=analytic)
+        c = compare(m, res, deepep_analytic_mib=analytic, resolved_mfs=_resolved_mfs(plan, s))
         rv = plan.reservations[s.name].resolved
         ctx = context_for(s, rv.decode_max_bs, rv.chunked_prefill_size)
         items.append((m, c, replace(ctx, group=g.key, deepep_device_mib=device, **post_capture_columns(s, c, res))))
