@@ -146,6 +146,41 @@ def assign_gpus(
     return placed, bad
 
 
+def run_limit_s(g: RunGroup) -> float:
+    """The longest run `g` may take under its scenarios' limits (`run` table): start-up + load + stop grace; a
+    pair starts both workers at once, then waits for the router (pair.ROUTER_READY_S) before its load."""
+    from profiler.measure.runner.pair import ROUTER_READY_S
+
+    r = g.launch.run
+    if g.peer is None:
+        return r.startup_timeout_s + r.load_timeout_s + r.stop_grace_s
+    p = g.peer.run
+    return (max(r.startup_timeout_s, p.startup_timeout_s) + ROUTER_READY_S + r.load_timeout_s
+            + max(r.stop_grace_s, p.stop_grace_s))  # fmt: skip
+
+
+def waves(runs: list[RunGroup], gpus: list[int]) -> list[list[RunGroup]]:
+    """The runs as `assign_gpus` packs them: fill the GPUs in order, then the next wave (runs that fit no GPU set
+    are left out)."""
+    out: list[list[RunGroup]] = []
+    free = 0
+    for r in runs:
+        if r.gpus_needed > len(gpus):
+            continue
+        if not out or free < r.gpus_needed:
+            out.append([])
+            free = len(gpus)
+        out[-1].append(r)
+        free -= r.gpus_needed
+    return out
+
+
+def estimated_s(runs: list[RunGroup], gpus: list[int]) -> float:
+    """An estimate of the sweep's wall time from the limits: each wave lasts as long as its longest run may
+    (`run_limit_s`), one wave after another. Nothing here was timed: it is what the limits allow."""
+    return sum(max(run_limit_s(r) for r in w) for w in waves(runs, gpus))
+
+
 def load_refusal(s: Scenario, r: Reservation, f: ScenarioFraction | None = None) -> str | None:
     """Why scenario `s` is predicted not to load under its fraction (`f`: sglang's own where its resolver ran;
     else the model's, from `r`), or None.
@@ -217,6 +252,13 @@ def render_plan(plan: Plan, *, per_term: bool = True) -> str:
     runs += [[r.key, r.gpus_needed, "SKIPPED", skipped[r.key]] for r in plan.runs if r.key in skipped]
     lines.append(ui.table(["run", "GPUs", "GPU ids", "+ measured from its ladder"], runs,
                           right=[False, True, False, True], title="worker starts"))  # fmt: skip
+    started = [r for r, _ in placed]
+    ws = waves(started, plan.gpus)
+    if ws:
+        per = " + ".join(f"{max(run_limit_s(r) for r in w) / 60:.1f}" for w in ws)
+        lines.append(f"estimated time: ≤ {estimated_s(started, plan.gpus) / 60:.0f} min in {len(ws)} wave(s) "
+                     f"({per} min: each wave's longest run at its limits, start-up + load + stop grace, a pair's "
+                     "router wait too; estimated from the limits, not timed)")  # fmt: skip
     if plan.validation is not None:
         lines.append(("" if plan.validation.validated else "note: ") + plan.validation.summary())
     rules = next(iter(plan.reservations.values())).rules
