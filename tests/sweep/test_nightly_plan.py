@@ -89,3 +89,15 @@ def test_sglang_accepts_every_nightly_scenario_and_the_dry_run_shows_it():
     assert plan.fraction("qwen3moe-deepep-decode").value == 0.849
     out = render_plan(plan, per_term=False)
     assert not [x for x in out.splitlines() if x.startswith("!")], out
+
+
+def test_a_draft_head_is_no_model_of_its_own():
+    """The draft's config is served beside a target: the audit's model space leaves it out."""
+    from profiler.calibrate.audit import bundled_models
+    from profiler.model.modelcfg import is_draft_model
+
+    models = ROOT / "scenarios" / "models"
+    assert is_draft_model(models / "lmsys--sglang-EAGLE3-LLaMA3.1-Instruct-8B")
+    assert not is_draft_model(models / "meta-llama--Llama-3.1-8B-Instruct")
+    assert "lmsys--sglang-EAGLE3-LLaMA3.1-Instruct-8B" not in bundled_models()
+    assert "meta-llama--Llama-3.1-8B-Instruct" in bundled_models()
