@@ -96,6 +96,9 @@ except Exception as e:
     why = open(sys.argv[2]).read().strip().splitlines()
     print("selfcheck.json: no JSON document;", why[-1] if why else f"{type(e).__name__}: {e}")
     raise SystemExit(0)
+if doc.get("refused"):
+    print("selfcheck refused:", doc["refused"])
+    raise SystemExit(0)
 bad = [c for c in doc["checks"] if not c["passed"]]
 print(f"selfcheck: {len(doc['checks']) - len(bad)}/{len(doc['checks'])} checks passed on {doc['device']['name']}"
       f" in {doc.get('elapsed_s')} s; ledger closes: {(doc.get('ledger') or {}).get('closes')}")

@@ -104,6 +104,7 @@ class Comparison:
     kv_upper_bound_tokens: int | None = None  # … and its tokens (kv_pool_mib / kv_tokens are the final pool)
     rule_sets: tuple[str, ...] = ()  # every rule set `rules` names, in release order (the label is for display)
     mfs_reconstructed: float | None = None  # memfrac's reconstruction of sglang's fraction for the scenario
+    mfs_source: str = ""  # where `mfs` comes from: the worker, sglang's resolver, the log, the model, the run's args
     mfs_finding: str = ""  # the worker's fraction (/server_info) differs from the reconstruction: why it matters
     judged_rank: int | None = None  # index into Measurement.ranks of the rank judged (closest to OOM)
     request_pools_mib: float | None = None  # req_to_token + allocator index, built out of the slack (read)
@@ -492,10 +493,12 @@ def compare(
     margin_mib: float = DEFAULT_MARGIN_MIB,
     deepep_analytic_mib: float | None = None,
     judging: LogJudging | None = None,
+    resolved_mfs: float | None = None,
 ) -> Comparison:
     """Compare one measurement with the reservation of its configuration (None when it cannot be modelled).
     `judging`: a log run's own fraction, rule-set label and runtime need (`memfrac ingest`); the verdict is
-    decided here, once, with them.
+    decided here, once, with them. `resolved_mfs`: sglang's own resolver's fraction for the run's scenario
+    (profiler.engine.fraction; the plan's): the fraction judged with when the worker did not report its own.
 
     Ranks differ (the first one often holds extra buffers): the rank closest to OOM is the one judged.
     """
@@ -503,14 +506,24 @@ def compare(
     r, att = j.rank, j.attribution
     recon = res.mem_fraction_static if res is not None else None
     worker = _mfs_from_args(m) if m.source == "probe" and m.args_source == "server_info" else None
-    mfs = worker if worker is not None else recon if recon is not None else _mfs_from_args(m)
+    if worker is not None:
+        mfs, mfs_source = worker, "the worker (/server_info)"
+    elif resolved_mfs is not None:
+        mfs, mfs_source = resolved_mfs, "sglang's resolver on the scenario"
+    elif recon is not None:
+        mfs, mfs_source = recon, f"the model (sglang {res.rules} rules)"  # type: ignore[union-attr]
+    else:
+        mfs, mfs_source = _mfs_from_args(m), "the run's arguments"
     finding = ""
     if worker is not None and recon is not None and abs(worker - recon) > 5e-4:
         finding = (f"sglang used mem_fraction_static {worker:.3f} (/server_info) where memfrac reconstructs "
                    f"{recon:.3f} for the scenario: the scenario's GPU, model or flags differ from the worker's; "
                    f"judged with the worker's {worker:.3f}")  # fmt: skip
+    elif worker is None and resolved_mfs is not None and recon is not None and abs(resolved_mfs - recon) > 5e-4:
+        finding = (f"sglang's resolver gives the scenario mem_fraction_static {resolved_mfs:.3f} where the model says "
+                   f"{recon:.3f} (a flag the model does not interpret); judged with sglang's {resolved_mfs:.3f}")
     if judging is not None:
-        mfs = judging.mfs  # the log's own fraction (printed, implied or computed), never the fallback's
+        mfs, mfs_source = judging.mfs, "the log"  # the log's own fraction (printed, implied or computed)
     start = free_at_start(r)
     slack = None if start is None or mfs is None else start * (1 - mfs)
     after_kv = None if att is None else att.after_kv_free_mib
@@ -602,6 +615,7 @@ def compare(
         kv_upper_bound_mib=kv.upper_bound_mib,
         kv_upper_bound_tokens=kv.upper_bound_tokens,
         mfs_reconstructed=recon,
+        mfs_source=mfs_source if mfs is not None else "",
         mfs_finding=finding,
         judged_rank=j.index,
         request_pools_mib=pools,

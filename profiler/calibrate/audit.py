@@ -181,10 +181,14 @@ class Space:
 
 
 def bundled_models() -> list[str]:
-    """The bundled model directories (the tiny config-only CPU models excluded: they are not real shapes)."""
+    """The bundled model directories (the tiny config-only CPU models excluded: they are not real shapes; draft
+    heads too: they are served beside a target, never alone)."""
+    from profiler.model.modelcfg import is_draft_model
+
     return sorted(
-        p.name for p in BUNDLED_MODELS.iterdir() if (p / "config.json").is_file() and not p.name.startswith("tiny-")
-    )
+        p.name for p in BUNDLED_MODELS.iterdir()
+        if (p / "config.json").is_file() and not p.name.startswith("tiny-") and not is_draft_model(p)
+    )  # fmt: skip
 
 
 def make_space(

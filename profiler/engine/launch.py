@@ -23,6 +23,7 @@ FLAG_SINCE = {
     "--speculative-num-draft-tokens": "0.4.1.post4",
     "--speculative-num-steps": "0.4.1.post4",
     "--speculative-eagle-topk": "0.4.1.post4",
+    "--speculative-draft-model-path": "0.4.1.post4",
     "--cuda-graph-bs": "0.4.1.post5",
     "--disaggregation-mode": "0.4.4.post2",
     "--enable-deepep-moe": "0.4.4.post2",
@@ -87,6 +88,7 @@ def server_argv(s: Scenario, release: str = DEFAULT_RELEASE) -> list[str]:
         ("--speculative-num-draft-tokens", s.speculative_num_draft_tokens),
         ("--speculative-num-steps", s.speculative_num_steps),
         ("--speculative-eagle-topk", s.speculative_eagle_topk),
+        ("--speculative-draft-model-path", s.speculative_draft_model_path),
         ("--mem-fraction-static", s.mem_fraction_static),
     ):
         if v is not None:

@@ -9,8 +9,9 @@ scenario naming it.
 
 Importing sglang costs seconds (torch, transformers, the argument groups), so outcomes are cached on disk,
 keyed by everything the resolver reads: the release, the exact argv, the GPU size and compute capability,
-the environment and the bytes of the model's config.json. A repeated `explain` or `sweep --dry-run` does
-not import sglang at all. `MEMFRAC_CACHE_DIR` moves the cache; `MEMFRAC_SGLANG_RELEASES` the releases.
+the environment and the bytes of the model's config.json (and the draft model's). A repeated `explain` or
+`sweep --dry-run` does not import sglang at all. `MEMFRAC_CACHE_DIR` moves the cache; `MEMFRAC_SGLANG_RELEASES`
+the releases.
 """
 
 from __future__ import annotations
@@ -128,8 +129,9 @@ def _job(s: Scenario, release: str) -> dict[str, Any]:
     }
 
 
-def _key(job: dict[str, Any], release: str, model_path: str) -> str:
-    blob = json.dumps([CACHE_VERSION, release, job, _config_digest(model_path)], sort_keys=True)
+def _key(job: dict[str, Any], release: str, model_path: str, draft_path: str | None = None) -> str:
+    digests = [_config_digest(model_path)] + ([_config_digest(draft_path)] if draft_path else [])
+    blob = json.dumps([CACHE_VERSION, release, job, *digests], sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -209,7 +211,7 @@ def validate(scenarios: Sequence[Scenario], rules: str | None = None, *, use_cac
         except MemfracError as e:  # a flag that release does not have: nothing to ask its parser
             inexpressible[s.name] = str(e)
             continue
-        key = _key(job, release, s.model_path)
+        key = _key(job, release, s.model_path, s.speculative_draft_model_path)
         hit = cache.get(key, release)
         if hit is not None:
             results[s.name] = hit

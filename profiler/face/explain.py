@@ -1,5 +1,8 @@
 """`memfrac explain`: the heuristic's terms for a scenario, and what they leave for the KV cache.
 
+The fraction shown (`mem_fraction_static`, and the KV budget under it) is the one the worker will run with
+(profiler.engine.fraction): sglang's own resolved value where its resolver ran, the model's beside it.
+
 The KV arithmetic follows sglang's runtime rule: the pool gets `free_at_start × mfs − weights`, where
 free_at_start is the free memory after NCCL init (capacity minus CUDA context and communicator buffers).
 Without a measurement memfrac assumes free_at_start = capacity and says so; `--free-at-start` overrides.
@@ -11,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from profiler.core import ui
+from profiler.engine.fraction import ScenarioFraction, scenario_fraction
 from profiler.model.a2a_inputs import A2AReport, report_for
 from profiler.model.heuristic import RuleSet, inputs_from_scenario, reserve
 from profiler.model.heuristic.model import NOT_IN_RULE
@@ -32,8 +36,17 @@ class Explanation:
     kv: KvBudget
     a2a: A2AReport | None = None  # the all-to-all buffer beside its reserve (None: no backend)
     post_capture: Answers | None = None  # both answers: with and without post-capture KV sizing
-    sglang_release: str | None = None  # the release whose resolver validated the scenario
-    sglang_fraction: float | None = None  # what that resolver resolved
+    fraction: ScenarioFraction | None = None  # the fraction the worker runs with (None: the model's, unwrapped)
+
+    @property
+    def sglang_release(self) -> str | None:
+        """The release whose resolver validated the scenario."""
+        return self.fraction.release if self.fraction is not None else None
+
+    @property
+    def sglang_fraction(self) -> float | None:
+        """What that resolver resolved."""
+        return self.fraction.sglang if self.fraction is not None else None
 
     def as_dict(self) -> dict[str, Any]:
         d = self.reservation.as_dict()
@@ -42,6 +55,7 @@ class Explanation:
             "gpu": self.scenario.gpu.name,
             "mode": self.scenario.mode,
             **d,
+            **(self.fraction.as_dict() if self.fraction is not None else {}),
             "kv": self.kv.as_dict(),
         }
         if self.sglang_release is not None:
@@ -57,13 +71,9 @@ def explain(
     s: Scenario, rules: RuleSet, free_at_start_mib: float | None = None, validation: Validation | None = None
 ) -> Explanation:
     r = reserve(inputs_from_scenario(s), rules)
-    release = validation.release if validation is not None and validation.validated else None
-    if release is not None and s.name not in validation.results:  # type: ignore[union-attr]
-        release = None  # that release cannot spell this scenario: not validated (the summary says why)
+    f = scenario_fraction(s, r, validation)
     return Explanation(
-        s, r, kv_budget(s, r.mem_fraction_static, free_at_start_mib), report_for(s, r),
-        answers(s, rules, free_at_start_mib),
-        release, validation.fraction(s.name) if release else None,
+        s, r, kv_budget(s, f.value, free_at_start_mib), report_for(s, r), answers(s, rules, free_at_start_mib), f,
     )  # fmt: skip
 
 
@@ -102,32 +112,32 @@ def render_text(e: Explanation) -> str:
     rows.append(["", "reserved", _mib(r.reserved_mib), f"= {r.reserved_mib / 1024:.2f} GiB of {s.gpu.total_mib} MiB"])
     lines.append(ui.table(["on", "term", "MiB", "why"], rows, right=[False, False, True, False]))
     flags = ", ".join(r.flags) if r.flags else "none"
+    f = e.fraction
     frac_line = f"mem_fraction_static = {r.heuristic_fraction:.3f}"
     if r.given:
         would = f"the heuristic would pick {r.heuristic_fraction:.3f}"
         frac_line = f"mem_fraction_static = {r.mem_fraction_static} (given; {would})"
+    elif f is not None and f.from_sglang:
+        agree = "the model agrees" if not f.differs else f"the model says {f.model:.3f}"
+        frac_line = f"mem_fraction_static = {f.value:.3f} (sglang {f.release}'s own resolver; {agree})"
+    elif f is not None:
+        frac_line += f" ({f.source}; sglang's resolver did not run)"
     lines.append(f"{frac_line}    flags: {flags}")
-    if e.sglang_release is not None:
-        agree = (
-            "the model agrees"
-            if e.sglang_fraction == r.heuristic_fraction
-            else f"the model says {r.heuristic_fraction}"
-        )
-        lines.append(f"  sglang {e.sglang_release}'s own resolver: mem_fraction_static = {e.sglang_fraction} ({agree})")
+    if f is not None and f.note:
+        lines.append(f"  ! {f.note}")
     if "floor_applied" in r.flags:
         lines.append("  the 10 GiB floor dominates: every term above it is swallowed")
     if "fraction_nonpositive" in r.flags:
         lines.append("  the fraction is ≤ 0: sglang would leave nothing for weights and KV cache (it fails at start)")
-    if s.extra_args:
-        lines.append(
-            f"  not modelled: extra flags {' '.join(s.extra_args)} "
-            "(use `memfrac explain --oracle` to resolve with sglang)"
-        )
+    if s.extra_args and not (f is not None and f.note):
+        extra = " ".join(s.extra_args)
+        lines.append(f"  not modelled: extra flags {extra} (sglang's resolver gives the fraction above)")
     if e.a2a is not None:
         lines += _a2a_lines(e.a2a)
     lines.append("KV cache on one GPU:")
     where = "assumed equal to capacity; no measurement" if kv.free_at_start_assumed else "given"
-    lines.append(f"  free at start {_mib(kv.free_at_start_mib)} MiB ({where}) × {r.mem_fraction_static:.3f}")
+    mfs = f.value if f is not None else r.mem_fraction_static
+    lines.append(f"  free at start {_mib(kv.free_at_start_mib)} MiB ({where}) × {mfs:.3f}")
     lines.append(
         f"  − weights ≈ {kv.weights_mib / 1024:.2f} GiB ({sh.param_count() / 1e9:.2f} B params, "
         f"{sh.quantization or sh.dtype}, sharded tp {s.tp}; estimate from config shapes)"
@@ -138,6 +148,8 @@ def render_text(e: Explanation) -> str:
     )
     if e.post_capture is not None and not r.given:
         lines += render_post_capture(e.post_capture)
+        if f is not None and f.differs:
+            lines.append(f"  (both answers are the model's; sglang resolves {f.value:.3f} for this scenario)")
     return "\n".join(lines)
 
 

@@ -201,6 +201,13 @@ def load_model_config(model_dir: str | Path) -> dict[str, Any]:
     return raw
 
 
+def is_draft_model(model_dir: str | Path) -> bool:
+    """A speculative draft head (EAGLE/EAGLE3: an `*Eagle*` architecture), not a model a worker serves alone: it
+    is a scenario's `speculative_draft_model`, never its `model` (the audit leaves it out)."""
+    archs = load_model_config(model_dir).get("architectures") or []
+    return any("Eagle" in str(a) for a in archs)
+
+
 @cache
 def load_model_shape(model_dir: str) -> ModelShape:
     """Read `<model_dir>/config.json` (cached per path: a model's shapes do not change under us)."""

@@ -89,6 +89,10 @@ class Scenario:
     speculative_num_draft_tokens: int | None = None
     speculative_num_steps: int | None = None
     speculative_eagle_topk: int | None = None
+    # the draft model (EAGLE, EAGLE3, STANDALONE): a directory name under scenarios/models/ or a path, like `model`;
+    # its config.json shapes the draft's dummy weights (--speculative-draft-model-path)
+    speculative_draft_model: str | None = None
+    speculative_draft_model_path: str | None = None
     moe_a2a_backend: str = "none"
     deepep_mode: str = "auto"
     deepep_v2_mode: str = "direct"
@@ -268,7 +272,7 @@ _SCALAR_KEYS: dict[str, tuple[Callable, str]] = {
     "router": (_choice(ROUTERS), " | ".join(ROUTERS) + " (a pair's router, sglang-router 0.3.2)"),
 }
 _TABLES = {"decode_graph": _GRAPH_KEYS, "prefill_graph": _GRAPH_KEYS, "run": _RUN_KEYS}
-_SPECIAL = {"model", "gpu", "matrix", *PAIR_ROLES}
+_SPECIAL = {"model", "gpu", "matrix", "speculative_draft_model", *PAIR_ROLES}
 # Cross-key rules (attn_dp divides tp, speculative settings, context_length ≤ the model's, …) are sglang's:
 # `profiler.engine.validation` resolves every scenario with the real resolver before anything starts.
 ALL_KEYS = sorted([*_SCALAR_KEYS, *_TABLES, *_SPECIAL])
@@ -476,6 +480,10 @@ def _build(
     if "gpu" not in e:
         raise ScenarioError(f, _key(prefix, "gpu"), None, "a GPU name or memory.total in MiB")
     kw["gpu"] = _resolve_gpu(e["gpu"], f, _key(prefix, "gpu"))
+    if e.get("speculative_draft_model") is not None:
+        kw["speculative_draft_model"], kw["speculative_draft_model_path"] = _resolve_model(
+            e["speculative_draft_model"], f, _key(prefix, "speculative_draft_model"), models_dir, base_dir
+        )
     for k, (check, allowed) in _SCALAR_KEYS.items():
         if k in e:
             try:

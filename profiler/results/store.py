@@ -66,6 +66,8 @@ RESULT_COLUMNS: dict[str, str] = {
     "rules_why": "string",  # which rule set(s) and why (logs: release cue, format range, candidates)
     "mfs": "float64",
     "mfs_origin": "string",
+    "mfs_source": "string",  # where mfs comes from: the worker (/server_info), sglang's resolver, the log, the model
+    "mfs_model": "float64",  # the model's fraction for the scenario beside it (profiler.engine.fraction)
     "heuristic_fraction": "float64",
     "term": "string",  # a heuristic term, two joined by '+', or 'total'
     "reserved_mib": "float64",
@@ -223,6 +225,8 @@ def result_rows(m: Measurement, c: Comparison, ctx: RunContext = RunContext()) -
         "rules_why": ctx.rules_why,
         "mfs": c.mfs,
         "mfs_origin": c.mfs_origin,
+        "mfs_source": c.mfs_source,
+        "mfs_model": c.mfs_reconstructed,
         "heuristic_fraction": c.heuristic_fraction,
         "verdict": c.verdict,
         "reason": c.reason,

@@ -48,8 +48,11 @@ hides per-process usage); a disagreement with the driver is named in the check's
     readings    what the judges ran on: {"attribution": {check: snapshots}, "life": {truth, probe_records}} —
                 `run.judge_readings(doc["readings"])` re-judges a recorded run on any machine
 
+    refused     only when the run refused to start (exit 2): the one-line reason, also on stderr; then
+                passed is false, checks is [], ledger null, readings {}, and device/torch/cuda say what was seen
+
 Exit status: 0 every check passed, 1 a check failed, 2 no CUDA device (or too little free memory for the
-worker life) — one line on stderr, nothing on stdout.
+worker life) — one line on stderr; with `--json` stdout still carries the document, with `refused` set.
 
 Only the CUDA-touching functions import torch; the records, the tolerance, the judges and the rendering are
 plain Python.
@@ -532,6 +535,31 @@ class SelfcheckReport:
             "ledger": None if self.ledger is None else self.ledger.as_dict(),
             "readings": self.readings,
         }
+
+
+def refusal_document(device: int, why: str) -> dict[str, Any]:
+    """The `--json` document of a run that refused to start (exit 2): the report's keys, nothing measured, and
+    `refused`. torch's version and CUDA build are read when torch imports (no CUDA context is created)."""
+    try:
+        import torch
+
+        torch_version, cuda_version = str(torch.__version__), torch.version.cuda
+    except ImportError:
+        torch_version = cuda_version = None
+    return {
+        "schema": SCHEMA,
+        "passed": False,
+        "refused": why,
+        "device": {"index": device, "name": None, "total_mib": None, "free_mib": None},
+        "torch": torch_version,
+        "cuda": cuda_version,
+        "allocator": None,
+        "libcudart": None,
+        "elapsed_s": None,
+        "checks": [],
+        "ledger": None,
+        "readings": {},
+    }
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -148,15 +148,22 @@ def _run_life(
 def run_selfcheck(json_out: bool = False, device: int = 0, probe_dir: str | None = None) -> int:
     """`memfrac selfcheck`: prints the report (tables, or with json_out the JSON document) and returns 0 when
     every check passes, 1 when one fails, 2 when no CUDA device is visible or the worker life cannot fit
-    (one line on stderr)."""
+    (one line on stderr; with json_out stdout still gets a document, its `refused` the same reason)."""
     why = cuda.cuda_unavailable_reason(device)
     if why:
-        print(f"memfrac selfcheck: {why}; nothing to check", file=sys.stderr)
-        return 2
+        return _refuse(f"{why}; nothing to check", json_out, device)
     try:
         report = selfcheck(device, probe_dir=probe_dir)
     except MemfracError as e:
-        print(f"memfrac selfcheck: {e}", file=sys.stderr)
-        return 2
+        return _refuse(str(e), json_out, device)
     print(json.dumps(report.as_dict(), indent=1, default=str) if json_out else checks.render_text(report))
     return 0 if report.passed else 1
+
+
+def _refuse(why: str, json_out: bool, device: int) -> int:
+    """Exit 2: the reason on stderr, and with json_out the refusal document on stdout (a caller that saves
+    stdout, like scripts/gpu-acceptance.sh, always gets JSON)."""
+    print(f"memfrac selfcheck: {why}", file=sys.stderr)
+    if json_out:
+        print(json.dumps(checks.refusal_document(device, why), indent=1))
+    return 2

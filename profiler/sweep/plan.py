@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from profiler.core.errors import MemfracError
+from profiler.engine.fraction import ScenarioFraction, scenario_fraction
 from profiler.engine.validation import Validation
 from profiler.model.a2a_inputs import report_for
 from profiler.model.heuristic import Reservation, inputs_from_scenario, reserve, rules_for
@@ -61,6 +62,15 @@ class Plan:
     validation: Validation | None = None  # sglang's own resolution of every scenario (None: not asked)
     unloadable: dict[str, str] = field(default_factory=dict)  # run key → why it is predicted not to load
     start_unloadable: bool = False  # start them anyway (--start-unloadable)
+    fractions: dict[str, ScenarioFraction] = field(default_factory=dict)  # the fraction each worker runs with
+
+    def fraction(self, name: str) -> ScenarioFraction:
+        """The fraction scenario `name`'s worker runs with (sglang's own where its resolver ran)."""
+        f = self.fractions.get(name)
+        return f if f is not None else scenario_fraction(self._scenario(name), self.reservations[name])
+
+    def _scenario(self, name: str) -> Scenario:
+        return next(s for s in self.scenarios if s.name == name)
 
     @property
     def skipped(self) -> dict[str, str]:
@@ -136,18 +146,55 @@ def assign_gpus(
     return placed, bad
 
 
-def load_refusal(s: Scenario, r: Reservation) -> str | None:
-    """Why scenario `s` is predicted not to load under the fraction reservation `r` gives it, or None.
+def run_limit_s(g: RunGroup) -> float:
+    """The longest run `g` may take under its scenarios' limits (`run` table): start-up + load + stop grace; a
+    pair starts both workers at once, then waits for the router (pair.ROUTER_READY_S) before its load."""
+    from profiler.measure.runner.pair import ROUTER_READY_S
+
+    r = g.launch.run
+    if g.peer is None:
+        return r.startup_timeout_s + r.load_timeout_s + r.stop_grace_s
+    p = g.peer.run
+    return (max(r.startup_timeout_s, p.startup_timeout_s) + ROUTER_READY_S + r.load_timeout_s
+            + max(r.stop_grace_s, p.stop_grace_s))  # fmt: skip
+
+
+def waves(runs: list[RunGroup], gpus: list[int]) -> list[list[RunGroup]]:
+    """The runs as `assign_gpus` packs them: fill the GPUs in order, then the next wave (runs that fit no GPU set
+    are left out)."""
+    out: list[list[RunGroup]] = []
+    free = 0
+    for r in runs:
+        if r.gpus_needed > len(gpus):
+            continue
+        if not out or free < r.gpus_needed:
+            out.append([])
+            free = len(gpus)
+        out[-1].append(r)
+        free -= r.gpus_needed
+    return out
+
+
+def estimated_s(runs: list[RunGroup], gpus: list[int]) -> float:
+    """An estimate of the sweep's wall time from the limits: each wave lasts as long as its longest run may
+    (`run_limit_s`), one wave after another. Nothing here was timed: it is what the limits allow."""
+    return sum(max(run_limit_s(r) for r in w) for w in waves(runs, gpus))
+
+
+def load_refusal(s: Scenario, r: Reservation, f: ScenarioFraction | None = None) -> str | None:
+    """Why scenario `s` is predicted not to load under its fraction (`f`: sglang's own where its resolver ran;
+    else the model's, from `r`), or None.
 
     sglang sizes the pool as free_at_start × mfs − weights (profiler.model.kv_budget); with free_at_start taken
     as the GPU's whole capacity — more than any worker really finds free — a budget ≤ 0 means the weights
     cannot fit under the fraction on that GPU."""
-    kv = kv_budget(s, r.mem_fraction_static)
+    mfs = f.value if f is not None else r.mem_fraction_static
+    kv = kv_budget(s, mfs)
     if kv.budget_mib > 0:
         return None
     return (
         f"predicted not to load: weights ≈ {kv.weights_mib / 1024:.1f} GiB/GPU (estimated from config.json) do not "
-        f"fit under mfs {r.mem_fraction_static:.3f} of {s.gpu.total_mib} MiB ({s.gpu.name}); "
+        f"fit under mfs {mfs:.3f} of {s.gpu.total_mib} MiB ({s.gpu.name}); "
         "--start-unloadable starts it anyway"
     )
 
@@ -168,14 +215,15 @@ def make_plan(
         validation = check(scenarios, release if release != DEFAULT_RELEASE else None)
     rules = rules_for(release)
     res = {s.name: reserve(inputs_from_scenario(s), rules) for s in scenarios}
+    fr = {s.name: scenario_fraction(s, res[s.name], validation) for s in scenarios}
     runs = group_scenarios(scenarios, {n: r.resolved.decode_max_bs for n, r in res.items()})
     unloadable = {}
     for g in runs:
-        why = next((w for s in g.started if (w := load_refusal(s, res[s.name])) is not None), None)
+        why = next((w for s in g.started if (w := load_refusal(s, res[s.name], fr[s.name])) is not None), None)
         if why is not None:
             unloadable[g.key] = why
     _, bad = assign_gpus([g for g in runs if start_unloadable or g.key not in unloadable], gpus)
-    return Plan(scenarios, runs, gpus, res, bad, validation, unloadable, start_unloadable)
+    return Plan(scenarios, runs, gpus, res, bad, validation, unloadable, start_unloadable, fr)
 
 
 def _gib(x: float) -> str:
@@ -204,33 +252,40 @@ def render_plan(plan: Plan, *, per_term: bool = True) -> str:
     runs += [[r.key, r.gpus_needed, "SKIPPED", skipped[r.key]] for r in plan.runs if r.key in skipped]
     lines.append(ui.table(["run", "GPUs", "GPU ids", "+ measured from its ladder"], runs,
                           right=[False, True, False, True], title="worker starts"))  # fmt: skip
+    started = [r for r, _ in placed]
+    ws = waves(started, plan.gpus)
+    if ws:
+        per = " + ".join(f"{max(run_limit_s(r) for r in w) / 60:.1f}" for w in ws)
+        lines.append(f"estimated time: ≤ {estimated_s(started, plan.gpus) / 60:.0f} min in {len(ws)} wave(s) "
+                     f"({per} min: each wave's longest run at its limits, start-up + load + stop grace, a pair's "
+                     "router wait too; estimated from the limits, not timed)")  # fmt: skip
     if plan.validation is not None:
         lines.append(("" if plan.validation.validated else "note: ") + plan.validation.summary())
     rules = next(iter(plan.reservations.values())).rules
     rows, warnings = [], []
     for s in plan.scenarios:
         r = plan.reservations[s.name]
-        row = [s.name, s.mode, f"{r.mem_fraction_static:.3f}", _gib(r.reserved_mib), ",".join(r.flags)]
+        f = plan.fraction(s.name)
+        model = f"{f.model:.3f}" + (" ≠" if f.differs else "")
+        row = [s.name, s.mode, f"{f.value:.3f}", f.source, model, _gib(r.reserved_mib), ",".join(r.flags)]
         if per_term:
             row.append(" · ".join(f"{t.name} {_gib(t.mib)}" for t in r.terms if t.on and t.mib))
         rows.append(row)
-        kv = kv_budget(s, r.mem_fraction_static)
+        kv = kv_budget(s, f.value)
         if kv.budget_mib <= 0:
             then = "started anyway (--start-unloadable)" if plan.start_unloadable else "skipped"
             warnings.append(
                 f"! {s.name}: weights ≈ {kv.weights_mib / 1024:.1f} GiB/GPU do not fit under "
-                f"mfs {r.mem_fraction_static:.3f} of {s.gpu.total_mib} MiB: expect it to fail at load — {then}"
+                f"mfs {f.value:.3f} of {s.gpu.total_mib} MiB: expect it to fail at load — {then}"
             )
         a2a = report_for(s, r)
         if a2a is not None:
             warnings.append(f"{s.name}: " + a2a_line(a2a))
-        v = plan.validation
-        resolved = v.fraction(s.name) if v is not None and v.validated else None
-        if v is not None and resolved is not None and resolved != r.heuristic_fraction:
-            warnings.append(f"! {s.name}: sglang {v.release} resolves {resolved}; the model says "
-                            f"{r.heuristic_fraction}")  # fmt: skip
-    head = ["scenario", "mode", "mfs", "reserved GiB", "flags"] + (["terms GiB"] if per_term else [])
-    lines.append(ui.table(head, rows, right=[False, False, True, True, False, False],
+        if f.note:
+            warnings.append(f"! {s.name}: {f.note}")
+    head = ["scenario", "mode", "mfs", "mfs from", "model mfs", "model reserve GiB", "flags"]
+    head += ["terms GiB"] if per_term else []
+    lines.append(ui.table(head, rows, right=[False, False, True, False, True, True, False, False],
                           title=f"heuristic reservation per scenario (sglang rules {rules})"))  # fmt: skip
     return "\n".join(lines + warnings)
 

@@ -104,7 +104,7 @@ def record(store: Store, plan: Plan, r: JobResult, summary: SweepSummary) -> Non
     res, notes = reservation_for(m, g.launch)
     m.notes.extend(notes)
     analytic, device = deepep_sizes_mib(g.launch)
-    c = compare(m, res, deepep_analytic_mib=analytic)
+    c = compare(m, res, deepep_analytic_mib=analytic, resolved_mfs=_resolved_mfs(plan, g.launch))
     items: list[tuple[object, Comparison, RunContext]] = []
     rv = plan.reservations[g.launch.name].resolved
     ctx = context_for(g.launch, rv.decode_max_bs, rv.chunked_prefill_size)
@@ -178,6 +178,13 @@ def set_aside(run_dir: Path, finished: bool, say: Say) -> Path | None:
     return dest
 
 
+def _resolved_mfs(plan: Plan, s: Scenario) -> float | None:
+    """sglang's own resolved fraction for `s` when its resolver ran on the plan (the worker's /server_info, when it
+    reports one, still comes first in compare)."""
+    f = plan.fraction(s.name)
+    return f.value if f.from_sglang else None
+
+
 SKIPPED = "skipped"  # a manifest status: the sweep chose not to start the run (the reason is recorded)
 
 
@@ -205,7 +212,7 @@ def record_pair(store: Store, plan: Plan, r: JobResult, summary: SweepSummary) -
         res, notes = reservation_for(m, s)
         m.notes.extend(notes)
         analytic, device = deepep_sizes_mib(s)
-        c = compare(m, res, deepep_analytic_mib=analytic)
+        c = compare(m, res, deepep_analytic_mib=analytic, resolved_mfs=_resolved_mfs(plan, s))
         rv = plan.reservations[s.name].resolved
         ctx = context_for(s, rv.decode_max_bs, rv.chunked_prefill_size)
         items.append((m, c, replace(ctx, group=g.key, deepep_device_mib=device, **post_capture_columns(s, c, res))))

@@ -48,3 +48,21 @@ def test_a_log_ledger_by_hand() -> None:
     assert lines == {"weights": 15380.48, "kv_pool": 6051.84, "decode_graph": 112.64, "unattributed": 532.48,
                      "headroom": 849.92}  # fmt: skip
     assert L.closes and abs(L.residual_mib) < 1e-6
+
+
+def test_a_capture_whose_end_prints_no_memory_is_charged_to_its_lowest_rung() -> None:
+    """STARTUP (tests/logs/test_logs_build.py) with the capture's end line cut to 'Time elapsed: 18.07 s.' (the
+    0.4.x spelling: no avail mem): the graph's memory is its begin 0.93 GiB − the LOWEST ladder reading 0.86 GiB
+    = 0.07 × 1024 = 71.68 MiB, and the startup headroom is that rung, 0.86 × 1024 = 880.64 MiB. The highest rung
+    (bs=8, 0.93 GiB, read before the first capture) would say 0 MiB and 952.32 MiB."""
+    from tests.logs.test_logs_build import STARTUP
+
+    cut = "[2025-07-14 05:49:02] Capture cuda graph end. Time elapsed: 18.07 s."
+    lines = [cut if "Capture cuda graph end" in x else x for x in STARTUP if "max_total_num_tokens" not in x]
+    (m,) = parse_log(lines, name="s.log")
+    c = compare(m, reservation_for(m)[0])
+    g = next(t for t in c.terms if t.term == "decode_graph")
+    assert g.measured_mib == pytest.approx(71.68) and "lowest capture-progress reading" in g.observed_from
+    assert c.headroom_startup_mib == pytest.approx(880.64)
+    lines_by_name = {x.name: x for x in c.ledger.lines}
+    assert lines_by_name["decode_graph"].mib == pytest.approx(71.68) and c.ledger.closes

@@ -231,3 +231,32 @@ def test_the_command_prints_findings_and_writes_rows_and_plots(tmp_path, capsys)
     assert len(df) == 2 * 3 * 9 * (2 + 15 + 5) * 4 * 2  # GPUs × roles × parallelism × variants × graphs × post
     assert {p.name for p in out.glob("*.png")} >= {"heatmap-model-gpu-decode.png", "heatmap-tokens-experts-deepep.png"}
     assert gpu_by_name("H200").total_mib in set(df["gpu_mib"])
+
+
+def test_calibrated_floor_other_than_10_gib_by_hand(tmp_path):
+    """`explain --calibration` with a floor of 8192 MiB: Llama-3.1-8B decode on H200 (0.5.23) has pre-floor terms
+    512 + 3072 + 128 + 512 = 4224. Today: max(4224, 10240) = 10240 → (143771 − 10240)/143771 = 0.92877 → 0.929,
+    floor_topup 10240 − 4224 = 6016. Calibrated: max(4224, 8192) = 8192 → (143771 − 8192)/143771 = 0.94302 →
+    0.943, floor_topup 8192 − 4224 = 3968. (Summed against 10 GiB the calibrated reserve would stay 10240.)"""
+    from profiler.calibrate.codec import load_calibration
+    from profiler.calibrate.reserve import calibrated_reserve
+    from profiler.calibrate.shapes import calibrated_sum
+    from profiler.model.heuristic import inputs_from_scenario, reserve, rules_for
+    from profiler.model.scenario import single_scenario
+
+    path = tmp_path / "cal.json"
+    path.write_text(json.dumps({"schema_version": 1, "rules": "0.5.23",
+                                "terms": {"floor_topup": {"params": {"floor_mib": 8192.0}}}}))  # fmt: skip
+    cal = load_calibration(path)
+    s = single_scenario("meta-llama--Llama-3.1-8B-Instruct", "H200", mode="decode")
+    cr = calibrated_reserve(s, reserve(inputs_from_scenario(s), rules_for("0.5.23")), cal)
+    assert (cr.today_mib, cr.calibrated_mib) == (10240.0, 8192.0)
+    assert (cr.today_fraction, cr.calibrated_fraction) == (0.929, 0.943)
+    ft = next(t for t in cr.terms if t.name == "floor_topup")
+    assert (ft.today_mib, ft.calibrated_mib) == (6016.0, 3968.0)
+    # the one sum every reader uses, directly: a floor above 10 GiB lifts the same terms to 12288
+    from profiler.calibrate.codec import fits
+
+    terms = {"constant": 512.0, "activation": 3072.0, "parallel": 128.0, "decode_graph": 512.0}
+    high = fits({"terms": {"floor_topup": {"params": {"floor_mib": 12288.0}}}})
+    assert calibrated_sum(terms, high, floor_on=True)[:2] == (10240.0, 12288.0)

@@ -78,6 +78,17 @@ def test_deepep_v2_direct_by_hand():
     assert v2_elastic_buffer_bytes(4096, 7168, 8, 8, fp8_dispatch=True) == 471_859_200
 
 
+def test_deepep_v2_direct_combine_counts_min_of_ranks_and_topk():
+    # Direct mode's combine buffer holds min(R, top-k) copies of each token (allow_multiple_reduction), so with
+    # R ≠ top-k; FP8 dispatch so that the combine can dominate. Dispatch token 8192 B, combine token 14400 B
+    # (test_deepep_v2_direct_by_hand). R = 4 < k = 8: dispatch 4·4096·8192 = 134,217,728; combine
+    # min(4, 8)·4096·14400 = 235,929,600 (k copies would be 471,859,200) → 112.5 → 113 · 2 MiB = 236,978,176
+    assert v2_elastic_buffer_bytes(4096, 7168, 8, 4, fp8_dispatch=True) == 236_978_176
+    # R = 16 > k = 8 (one scale-up domain): dispatch 16·4096·8192 = 536,870,912; combine min(16, 8)·4096·14400
+    # = 471,859,200 (R copies would be 943,718,400) → the dispatch, 256 · 2 MiB = 536,870,912
+    assert v2_elastic_buffer_bytes(4096, 7168, 8, 16, fp8_dispatch=True) == 536_870_912
+
+
 def test_deepep_v2_hybrid_reproduces_the_public_measurement():
     # sglang PR #24443 (markw14, 2026-08-07): EP_BUFFER_DEBUG=1, 2 nodes / 16 ranks, num_max_tokens_per_rank
     # 4096, hidden 7168, BF16, num_topk 8 → "Initializing EP elastic buffer with 1218445312 bytes".

@@ -175,3 +175,17 @@ def test_terms_sum_to_total_and_explanations_do_not_change_numbers(inp, rules_na
             assert r.mem_fraction_static == pytest.approx(implied, abs=1e-9)
         else:
             assert r.mem_fraction_static == round(implied, 3)
+
+
+def test_decode_activation_counts_draft_tokens_above_the_floor():
+    """The decode activation term is max(running × draft tokens, 2048) × 1.5 MiB (0.5.23 memory_hook); at 64
+    requests the 2048 floor hides the draft factor, so a case above it: 1024 running × 8 draft tokens = 8192
+    tokens × 1.5 = 12288 MiB (without the factor: max(1024, 2048) × 1.5 = 3072). Terms 512 + 12288 + parallel 128
+    + decode graph 256 × 2 = 512 → 13440 > 10240: no floor; (143771 − 13440) / 143771 = 0.90652 → 0.907."""
+    r = r_of(LLAMA, "H200", mode="decode", max_running_requests=1024, speculative_algorithm="EAGLE",
+             speculative_num_draft_tokens=8, speculative_num_steps=7, speculative_eagle_topk=1)  # fmt: skip
+    assert r.mib("activation") == 12288
+    assert r.term("activation").reason == (
+        "decode node: max(max_running_requests 1024 × draft tokens 8, 2048) = 8192 tokens × 1.5"
+    )
+    assert r.mib("floor_topup") == 0 and r.reserved_mib == 13440 and r.mem_fraction_static == 0.907

@@ -38,10 +38,16 @@ def test_no_cuda_returns_2_with_one_line(monkeypatch, capsys, json_out):
     rc = scr.run_selfcheck(json_out=json_out)
     out, err = capsys.readouterr()
     assert rc == 2
-    assert out == ""
     lines = err.strip().splitlines()
     assert len(lines) == 1
     assert "no CUDA device visible" in lines[0] and lines[0].startswith("memfrac selfcheck:")
+    if not json_out:
+        assert out == ""
+        return
+    doc = json.loads(out)  # --json always prints a document; a refusal says why in `refused`
+    assert doc["schema"] == sc.SCHEMA and doc["passed"] is False and doc["checks"] == [] and doc["ledger"] is None
+    assert doc["refused"] == lines[0].removeprefix("memfrac selfcheck: ")
+    assert doc["device"]["index"] == 0 and doc["device"]["name"] is None
 
 
 def test_no_cuda_selfcheck_raises_a_memfrac_error(monkeypatch):
@@ -759,8 +765,10 @@ def test_too_little_free_memory_exits_2_with_one_line(monkeypatch, capsys):
     monkeypatch.setattr(scr, "selfcheck", refuse)
     assert scr.run_selfcheck(json_out=True) == 2
     out, err = capsys.readouterr()
-    assert out == "" and err.count("\n") == 1
+    assert err.count("\n") == 1
     assert err.startswith("memfrac selfcheck: GPU 0 has 5,000 MiB free; the worker life needs 8,192 MiB")
+    doc = json.loads(out)
+    assert doc["refused"].startswith("GPU 0 has 5,000 MiB free") and doc["passed"] is False and doc["checks"] == []
 
 
 def test_report_passes_only_with_checks_all_passed(tmp_path):

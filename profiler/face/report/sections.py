@@ -628,7 +628,12 @@ def pair_table(df: pd.DataFrame, key: str, run: dict[str, Any]) -> pd.DataFrame:
         rows.append({"": what, **{c: per.get(c, _DASH) for c in cols}, "from": source})
 
     first = {c: roles[c].iloc[0] for c in cols}
-    add("mem_fraction_static", {c: frac(first[c].get("mfs")) for c in cols}, "the heuristic (sglang rules), or given")
+    src = {str(first[c].get("mfs_source")) for c in cols if isinstance(first[c].get("mfs_source"), str)}
+    src_text = "; ".join(sorted(s for s in src if s)) or "the heuristic (sglang rules), or given"
+    add("mem_fraction_static", {c: frac(first[c].get("mfs")) for c in cols}, src_text)
+    if "mfs_model" in g:
+        add("mem_fraction_static (the model's)", {c: frac(first[c].get("mfs_model")) for c in cols},
+            "profiler.model.heuristic for the scenario")
     terms = [t for t in dict.fromkeys(g["term"].astype(str)) if t != "total"]
     for t in terms:
         per = {}

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from functools import lru_cache
-from typing import NamedTuple
-
-from packaging.version import InvalidVersion, Version
+from typing import TYPE_CHECKING, NamedTuple
 
 from profiler.core.errors import MemfracError
 from profiler.model.heuristic.rules import RULE_SETS, RuleSet
+
+if TYPE_CHECKING:
+    from packaging.version import Version
 
 
 class Release(NamedTuple):
@@ -142,7 +143,13 @@ DEFAULT_RELEASE = "0.5.23"
 
 
 def parse_version(spec: str) -> Version:
-    """'v0.4.10.post1' → Version('0.4.10.post1'); a bad spelling is a MemfracError naming it."""
+    """'v0.4.10.post1' → Version('0.4.10.post1'); a bad spelling is a MemfracError naming it.
+
+    `packaging` is imported here, not at the top: `memfrac selfcheck` imports this module (for DEFAULT_RELEASE)
+    and must run on a bare GPU image with torch alone, which does not bring `packaging`; only release
+    arithmetic needs it."""
+    from packaging.version import InvalidVersion, Version
+
     try:
         return Version(spec.strip())
     except InvalidVersion:
@@ -154,6 +161,8 @@ def parse_version(spec: str) -> Version:
 
 @lru_cache(maxsize=1)
 def _by_version() -> dict[Version, Release]:
+    from packaging.version import Version
+
     return {Version(r.version): r for r in RELEASES}
 
 
@@ -191,6 +200,8 @@ def rules_name_for(spec: str) -> str:
     exact = _by_version().get(v)
     if exact is not None:
         return exact.rules
+    from packaging.version import Version
+
     if v < Version(OLDEST.version):
         raise MemfracError(
             f"sglang {spec} predates {OLDEST.version}: its heuristic is not modelled (memfrac knows "
@@ -205,6 +216,8 @@ def rules_name_for(spec: str) -> str:
 
 def is_newer_than_known(spec: str) -> bool:
     """True for a release newer than the newest memfrac knows (its rules are assumed to be that one's)."""
+    from packaging.version import Version
+
     return parse_version(spec) > Version(NEWEST.version)
 
 
