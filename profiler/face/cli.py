@@ -8,10 +8,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 
 from profiler import __version__
-from profiler.core.errors import MemfracError
+from profiler.core.errors import FieldError, MemfracError, MemfracWarning
+from profiler.core.validate import in_range
 from profiler.model.heuristic.releases import DEFAULT_RELEASE
 
 Handler = Callable[[argparse.Namespace], int]
@@ -25,6 +27,10 @@ def _cmd_explain(a: argparse.Namespace) -> int:
     from profiler.model.scenario import load_scenarios
 
     scenarios = load_scenarios(a.scenario)
+    if a.free_at_start is not None:  # a reading of free memory: ≥ 0 and at most the GPU's capacity
+        for s in scenarios:
+            in_range("--free-at-start", "", a.free_at_start, 0, s.gpu.total_mib,
+                     f"MiB (free memory at start: at most {s.name}'s GPU, {s.gpu.name})")  # fmt: skip
     if a.compare_rules:
         ra_, rb_ = rules_for(a.compare_rules[0]), rules_for(a.compare_rules[1])
     else:
@@ -123,16 +129,22 @@ def _pick(path: str, name: str | None):
 def _parse_gpus(text: str | None) -> list[int] | None:
     if text is None:
         return None
+    allowed = "GPU indices ≥ 0 like 0,1, or a rising range like 0-7"
     out: list[int] = []
     try:
         for part in text.split(","):
             if "-" in part:
                 a, b = part.split("-")
-                out += list(range(int(a), int(b) + 1))
+                lo, hi = int(a), int(b)
+                if lo > hi:
+                    raise ValueError
+                out += list(range(lo, hi + 1))
             elif part.strip():
                 out.append(int(part))
     except ValueError:
-        raise MemfracError(f"--gpus {text!r}: give indices like 0,1 or a range like 0-7") from None
+        raise FieldError("--gpus", "", text, allowed) from None
+    if not out or min(out) < 0 or len(set(out)) != len(out):
+        raise FieldError("--gpus", "", text, allowed + ", each once")
     return out
 
 
@@ -442,7 +454,50 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     ap = build_parser()
     a = ap.parse_args(argv)
+    with warnings.catch_warnings():  # restored on return: main() called in-process leaves no filter behind
+        python_show = warnings.showwarning
+
+        def show(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+            """A MemfracWarning is one line on stderr ("memfrac: warning: …"); others as Python shows them."""
+            if issubclass(category, MemfracWarning):
+                print(f"memfrac: warning: {message}", file=sys.stderr, flush=True)
+            else:
+                python_show(message, category, filename, lineno, file, line)
+
+        warnings.simplefilter("always", MemfracWarning)
+        warnings.showwarning = show
+        return _run(a)
+
+
+#: Numeric options every command checks before it starts: option attribute → (flag, lowest, highest).
+_NUMBERS: dict[str, tuple[str, float, float | None]] = {
+    "free_at_start": ("--free-at-start", 0, None),
+    "margin": ("--margin", 0, None),
+    "quantile": ("--quantile", 0, 1),
+    "min_regression_mib": ("--min-regression-mib", 0, None),
+    "jobs": ("--jobs", 1, None),
+    "parallel": ("--parallel", 1, None),
+    "tokens": ("--tokens", 1, None),
+    "ranks": ("--ranks", 1, None),
+    "hidden": ("--hidden", 1, None),
+    "experts": ("--experts", 1, None),
+}
+
+
+def check_numbers(a: argparse.Namespace) -> None:
+    """Every numeric option finite and in range (argparse's float() takes "nan" and "inf")."""
+    for attr, (flag, lo, hi) in _NUMBERS.items():
+        v = getattr(a, attr, None)
+        if v is None:
+            continue
+        in_range(flag, "", v, lo, hi)
+        if attr == "quantile" and v == 0:
+            raise FieldError(flag, "", v, "a number in (0, 1]: the share of runs a constant covers")
+
+
+def _run(a: argparse.Namespace) -> int:
     try:
+        check_numbers(a)
         return int(a.func(a) or 0)
     except MemfracError as e:
         print(f"memfrac: error: {e}", file=sys.stderr)
