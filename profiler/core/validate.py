@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from profiler.core.errors import FieldError
+from profiler.core.errors import FieldError, MemfracError
 
 #: A GPU's memory.total as nvidia-smi prints it: at least 1 GiB, at most 1 TiB (the largest part today holds
 #: 288 GB; a value outside is a typo or a unit mix-up, never a GPU).
@@ -135,8 +135,8 @@ def read_json(path: str | os.PathLike[str], what: str = "a JSON file") -> Any:
     text = read_text(path, "", what)
     try:
         return json.loads(text, parse_constant=no_constants)
-    except json.JSONDecodeError as e:
-        raise FieldError(path, f"line {e.lineno} column {e.colno}", e.msg, "JSON") from None
+    except json.JSONDecodeError as e:  # a syntax error has no field: say where it is
+        raise MemfracError(f"{path}: not JSON ({e.msg} at line {e.lineno} column {e.colno}); {what} expected") from None
     except ValueError as e:
         raise FieldError(path, "", str(e), "JSON numbers (NaN and Infinity are not JSON)") from None
     except RecursionError:
@@ -147,7 +147,7 @@ def json_object(path: str | os.PathLike[str], what: str = "a JSON object") -> di
     """`read_json` that must give an object at the top."""
     doc = read_json(path, what)
     if not isinstance(doc, dict):
-        raise FieldError(path, "(top level)", type(doc).__name__, what)
+        raise FieldError(path, "(top level)", doc, what)
     return doc
 
 

@@ -457,7 +457,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with warnings.catch_warnings():  # restored on return: main() called in-process leaves no filter behind
         python_show = warnings.showwarning
 
-        def show(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+        def show(message, category, filename, lineno, file=None, line=None) -> None:
             """A MemfracWarning is one line on stderr ("memfrac: warning: …"); others as Python shows them."""
             if issubclass(category, MemfracWarning):
                 print(f"memfrac: warning: {message}", file=sys.stderr, flush=True)

@@ -31,9 +31,9 @@ import pandas as pd
 from profiler import __version__
 from profiler.analyse.compare import Comparison
 from profiler.core.errors import FieldError, MemfracError
-from profiler.core.validate import finite, json_object
 from profiler.core.measurement import Measurement
 from profiler.core.provenance import defaulted_inputs
+from profiler.core.validate import finite, json_object
 from profiler.measure.machine import gpu_inventory
 
 SCHEMA_VERSION = 1
