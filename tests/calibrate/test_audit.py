@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -225,9 +226,17 @@ def test_the_command_prints_findings_and_writes_rows_and_plots(tmp_path, capsys)
     assert run_audit(["Qwen--Qwen3-30B-A3B"], ["H200", "L40S"], None, ["none", "deepep", "pplx"], None, str(out)) == 0
     text = capsys.readouterr().out
     assert "memfrac audit:" in text and "a2a_over_reserve" in text and "floor_decides" in text
+    assert re.search(r"evaluated in \d+\.\d s, \d+\.\d s wall", text)
     import pandas as pd
 
     df = pd.read_parquet(out / "audit.parquet")
     assert len(df) == 2 * 3 * 9 * (2 + 15 + 5) * 4 * 2  # GPUs × roles × parallelism × variants × graphs × post
     assert {p.name for p in out.glob("*.png")} >= {"heatmap-model-gpu-decode.png", "heatmap-tokens-experts-deepep.png"}
     assert gpu_by_name("H200").total_mib in set(df["gpu_mib"])
+
+
+def test_the_caption_gives_the_evaluation_and_the_wall_time():
+    """Issue 23: `audit` printed 8.0 s when the command took 16–28 s."""
+    from profiler.calibrate.audit import timing
+
+    assert timing(8.04, 21.96) == "evaluated in 8.0 s, 22.0 s wall (with the rows written and the heat maps drawn)"
