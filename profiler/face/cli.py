@@ -35,7 +35,7 @@ def _cmd_explain(a: argparse.Namespace) -> int:
         ra_, rb_ = rules_for(a.compare_rules[0]), rules_for(a.compare_rules[1])
     else:
         rules_for(a.rules)  # an unknown or unmodelled release is refused before sglang is asked
-    validation = check(scenarios, None if a.compare_rules else a.rules, enabled=not a.no_validate)
+    validation = check(scenarios, None if a.compare_rules else a.rules, enabled=not a.no_validate, progress=_note)
     if not validation.validated or validation.inexpressible:
         print(f"note: {validation.summary()}", file=sys.stderr)
     if a.compare_rules:
@@ -90,6 +90,11 @@ def _cmd_explain(a: argparse.Namespace) -> int:
     else:
         print("\n\n".join(render_text(e) for e in exps))
     return 0
+
+
+def _note(line: str) -> None:
+    """A progress line on stderr (stdout stays the command's output)."""
+    print(f"memfrac: {line}", file=sys.stderr, flush=True)
 
 
 def _calibrated_dict(cr) -> dict:
@@ -162,7 +167,7 @@ def _cmd_run(a: argparse.Namespace) -> int:
         return run_pair_command(pair, out=a.out, gpus=_parse_gpus(a.gpus), device=a.device,
                                 validate=not a.no_validate, as_json=a.json)  # fmt: skip
     s = _pick(a.scenario_file, a.scenario)
-    v = check([s], enabled=not a.no_validate)
+    v = check([s], enabled=not a.no_validate, progress=_note)
     print(v.summary() if v.validated else f"note: {v.summary()}", file=sys.stderr)
     out = Path(a.out) if a.out else Path("results/runs") / f"{s.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     res = run_scenario(
