@@ -16,13 +16,20 @@ def show_value(value: object) -> str:
     return text if len(text) <= VALUE_CHARS else text[: VALUE_CHARS - 1] + "…"
 
 
+def one_line(text: str) -> str:
+    """A file name or field as the message shows it: characters that would break the line escaped."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
+
+
 class FieldError(MemfracError):
     """One field of one file (or command-line option) is wrong: names the file, the field, the bad value and
     what is allowed, on one line. `field` may be empty when the whole file is the problem."""
 
     def __init__(self, file: object, field: str, value: object, allowed: str, hint: str = "") -> None:
         self.file, self.field, self.value, self.allowed = str(file), field, value, allowed
-        where = f"{self.file}: {field}" if field else str(self.file)
+        where = f"{one_line(self.file)}: {one_line(field)}" if field else one_line(self.file)
         msg = f"{where}: bad value {show_value(value)}; allowed: {allowed}"
         if hint:
             msg += f" ({hint})"

@@ -105,10 +105,11 @@ def _calibrated_dict(cr) -> dict:
 
 def _cmd_deepep_size(a: argparse.Namespace) -> int:
     from profiler.model.deepep import DeepEPInputs, analytic_sizes, inputs_from_model_config, render_sizes, sizes_dict
-    from profiler.model.modelcfg import load_model_config
+    from profiler.model.modelcfg import load_model_config, load_model_shape
 
     try:
         if a.model:
+            load_model_shape(a.model)  # every field it reads checked: one line naming config.json and the key
             inp = inputs_from_model_config(
                 load_model_config(a.model), tokens_per_rank=a.tokens, num_ranks=a.ranks, mode=a.mode
             )

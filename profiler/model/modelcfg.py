@@ -8,6 +8,7 @@ SGLang uses (GQA/MHA heads sharded by attention-TP, MLA latent replicated).
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
 from functools import cache
@@ -181,25 +182,33 @@ def load_model_config(model_dir: str | Path) -> dict[str, Any]:
     return json_object(cfg_path, "a Hugging Face config.json (a JSON object)")
 
 
-@cache
 def load_model_shape(model_dir: str) -> ModelShape:
-    """Read `<model_dir>/config.json` (cached per path: a model's shapes do not change under us)."""
+    """Read `<model_dir>/config.json`, checked (cached per path and content: a config rewritten in place is
+    read again, never answered from a shape of its old bytes)."""
     p = Path(model_dir)
     cfg_path = p / "config.json" if p.is_dir() else p
-    return shape_from_config(load_model_config(model_dir), str(model_dir), str(cfg_path))
+    try:
+        digest = hashlib.sha256(cfg_path.read_bytes()).hexdigest()
+    except OSError:
+        digest = ""  # load_model_config says what is wrong with it
+    return _shape(str(model_dir), str(cfg_path), digest)
+
+
+@cache
+def _shape(model_dir: str, cfg_path: str, digest: str) -> ModelShape:
+    return shape_from_config(load_model_config(model_dir), model_dir, cfg_path)
 
 
 def _count(cfg: dict[str, Any], file: str, prefix: str, keys: tuple[str, ...], default: Any, lo: int = 0) -> int:
-    """An integer field (the first of `keys` present), ≥ `lo`; a float that is whole is taken (configs write 4096.0)."""
+    """An integer field (the first of `keys` present), ≥ `lo` (and < 2^31: no layer count or width is larger)."""
     key = next((k for k in keys if cfg.get(k) is not None), None)
     if key is None:
         if default is None:
-            raise FieldError(file, prefix + keys[0], None, f"an integer ≥ {lo} (a decoder LLM's config has it)")
+            raise FieldError(file, prefix + keys[0], None, f"an integer {lo}..{2**31 - 1} (every LLM config has it)")
         return int(default)
     v = cfg[key]
-    ok = not isinstance(v, bool) and (isinstance(v, int) or (isinstance(v, float) and v.is_integer()))
-    if not ok or v < lo:
-        raise FieldError(file, prefix + key, v, f"an integer ≥ {lo}")
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v < 2**31:
+        raise FieldError(file, prefix + key, v, f"an integer {lo}..{2**31 - 1}")
     return int(v)
 
 

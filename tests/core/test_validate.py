@@ -126,3 +126,8 @@ def _has_nonfinite(x: object) -> bool:
     if isinstance(x, list):
         return any(_has_nonfinite(v) for v in x)
     return False
+
+
+def test_a_field_or_file_name_with_a_newline_stays_one_line() -> None:
+    e = FieldError("a\nb.json", "scenarios.\n", None, "an object")
+    assert str(e) == "a\\nb.json: scenarios.\\n: bad value None; allowed: an object"

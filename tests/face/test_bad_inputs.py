@@ -29,6 +29,7 @@ from profiler.results.store import RESULT_COLUMNS
 from tests.conftest import LOG_FIXTURES
 
 FAST = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+FEW = settings(FAST, max_examples=12)  # each example gates a whole results directory (~1 s)
 SCALAR = (st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70)
           | st.floats() | st.text(max_size=12))  # fmt: skip
 ANY_JSON = st.recursive(
@@ -171,7 +172,7 @@ COLUMN_VALUES = (st.sampled_from(["x", "", "1e3"]) | st.floats() | st.booleans()
                  | st.integers(min_value=-(2**62), max_value=2**62))  # fmt: skip
 
 
-@FAST
+@FEW
 @given(col=st.sampled_from(sorted(RESULT_COLUMNS)), value=COLUMN_VALUES)
 def test_results_parquet_with_a_column_of_another_type(
     results: Path, ingested: Path, capsys: pytest.CaptureFixture[str], col: str, value: Any
@@ -185,7 +186,7 @@ def test_results_parquet_with_a_column_of_another_type(
         assert "results.parquet" in err, err
 
 
-@FAST
+@FEW
 @given(path=st.sampled_from(["schema_version", "runs", "sweep", "runs.ingest", "runs.ingest.status",
                              "runs.ingest.ids", "runs.ingest.at"]), value=ANY_JSON)  # fmt: skip
 def test_manifest_with_a_field_of_another_type(results: Path, ingested: Path, capsys: pytest.CaptureFixture[str],
@@ -216,7 +217,7 @@ def test_manifest_of_other_types_names_the_field(results: Path, capsys: pytest.C
 # ---- gate baseline.json ----------------------------------------------------------------------------------------
 
 
-@FAST
+@FEW
 @given(doc=st.fixed_dictionaries({"version": ANY_JSON, "scenarios": ANY_JSON}) | ANY_JSON
        | st.fixed_dictionaries({"scenarios": st.dictionaries(st.text(max_size=5), ANY_JSON, max_size=2)}))
 def test_gate_baseline_of_any_shape(results: Path, capsys: pytest.CaptureFixture[str], doc: Any) -> None:
@@ -334,3 +335,33 @@ def test_logs_cut_anywhere_or_with_junk(tmp_path: Path, capsys: pytest.CaptureFi
     if rc == 2:  # one error line, or the file's "no server run" line and the summary (exit 2: nothing judged)
         assert (len(lines) == 1 and lines[0].startswith(f"memfrac: error: {f}")) or "no server run" in err, err
     assert all(ln.startswith("memfrac: ") for ln in lines), err
+
+
+def test_output_paths_must_be_writable_files(tmp_path: Path, ingested: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    """Checked before the work: a directory (or a path under a file) given where a file is written."""
+    (tmp_path / "f").write_text("")
+    under_file = str(tmp_path / "f" / "x.json")
+    cases = [
+        (["calibrate", str(ingested), "--out", str(tmp_path)], "--out", "a file path, not a directory"),
+        (["calibrate", str(ingested), "--emit-patch", str(tmp_path)], "--emit-patch", "not a directory"),
+        (["ingest", str(LOG), "--out", under_file], "--out", "a file path under a directory"),
+        (["baseline", str(ingested), "--out", str(tmp_path)], "--out", "not a directory"),
+    ]
+    for argv, flag, allowed in cases:
+        err = outcome(capsys, argv)[1]
+        assert err.startswith(f"memfrac: error: {flag}: bad value") and allowed in err, err
+
+
+@FAST
+@given(key=st.sampled_from(["hidden_size", "n_routed_experts", "text_config", "num_attention_heads"]), value=ANY_JSON)
+def test_deepep_size_of_a_model_with_a_wrong_field(tmp_path: Path, capsys: pytest.CaptureFixture[str], key: str,
+                                                   value: Any) -> None:  # fmt: skip
+    cfg = json.loads((BUNDLED_MODELS / "deepseek-ai--DeepSeek-V3" / "config.json").read_text())
+    cfg[key] = value
+    model = tmp_path / "model"
+    model.mkdir(exist_ok=True)
+    (model / "config.json").write_text(json.dumps(cfg))
+    rc, err = outcome(capsys, ["deepep-size", "--model", str(model)])
+    if rc == 2:
+        assert "config" in err, err
