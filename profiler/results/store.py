@@ -528,7 +528,7 @@ def read_parquet(path: Path) -> pd.DataFrame:
 _RUN_FIELDS: dict[str, tuple[tuple[type, ...], str]] = {
     "status": ((str,), "a string (ok | failed | error | not_started | skipped …)"),
     "ids": ((list,), "a list of measurement ids (strings)"),
-    "pair": ((str,), "the pair's name (a string)"),
+    "pair": ((bool,), "true (the run is a PD pair)"),
     "at": ((int, float), "a time in seconds since the epoch"),
     "out_dir": ((str,), "a directory path (a string)"),
     "transfer": ((dict,), "an object (the pair's transfer backend)"),
@@ -551,7 +551,7 @@ def read_manifest(path: Path) -> dict[str, Any]:
             raise FieldError(path, f"runs.{key}", run, "an object (status, ids, …)")
         for name, (types, allowed) in _RUN_FIELDS.items():
             x = run.get(name)
-            if x is not None and (isinstance(x, bool) or not isinstance(x, types)):
+            if x is not None and ((isinstance(x, bool) and bool not in types) or not isinstance(x, types)):
                 raise FieldError(path, f"runs.{key}.{name}", x, allowed)
         if "at" in run and run["at"] is not None:
             finite(path, f"runs.{key}.at", run["at"], "a finite time in seconds")

@@ -365,3 +365,18 @@ def test_deepep_size_of_a_model_with_a_wrong_field(tmp_path: Path, capsys: pytes
     rc, err = outcome(capsys, ["deepep-size", "--model", str(model)])
     if rc == 2:
         assert "config" in err, err
+
+
+def test_a_manifest_as_sweeps_write_it_reads_back(tmp_path: Path) -> None:
+    """Every run record profiler.sweep.sweep writes (ok, not started, skipped, error, a PD pair) passes the check."""
+    from profiler.results.store import read_manifest
+
+    runs = {"a": {"status": "ok", "ids": ["a"], "at": 1.5, "out_dir": "raw/a"},
+            "b": {"status": "not_started", "ids": [], "at": 2, "reason": "predicted not to load"},
+            "c": {"status": "skipped", "ids": [], "reason": "x", "scenarios": ["c1", "c2"]},
+            "d": {"status": "error", "ids": [], "error": {"kind": "crash"}},
+            "p": {"status": "ok", "ids": ["p-prefill", "p-decode"], "out_dir": "raw/p", "pair": True,
+                  "failure": None, "transfer": {"proven": True, "of": 8}}}  # fmt: skip
+    p = tmp_path / "manifest.json"
+    p.write_text(json.dumps({"schema_version": 1, "runs": runs, "sweep": {"kind": "ingest"}}))
+    assert read_manifest(p)["runs"] == runs
