@@ -10,6 +10,7 @@ the bad value and the allowed values.
 from __future__ import annotations
 
 import itertools
+import math
 import re
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
@@ -215,7 +216,7 @@ def _env(v: Any) -> tuple[tuple[str, str], ...]:
 
 
 def _positive_float(v: Any) -> float:
-    if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0:
+    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v < math.inf:  # TOML has nan and inf
         raise ValueError
     return float(v)
 
@@ -226,11 +227,11 @@ _GRAPH_KEYS: dict[str, tuple[Callable, str]] = {
     "bs": (_bs_list, "a non-empty list of integers ≥ 1"),
 }
 _RUN_KEYS: dict[str, tuple[Callable, str]] = {
-    "startup_timeout_s": (_positive_float, "seconds > 0"),
-    "load_timeout_s": (_positive_float, "seconds > 0"),
+    "startup_timeout_s": (_positive_float, "finite seconds > 0"),
+    "load_timeout_s": (_positive_float, "finite seconds > 0"),
     "load_requests": (_int(1), "an integer ≥ 1"),
     "output_len": (_int(1), "an integer ≥ 1"),
-    "stop_grace_s": (_positive_float, "seconds > 0"),
+    "stop_grace_s": (_positive_float, "finite seconds > 0"),
 }
 _SCALAR_KEYS: dict[str, tuple[Callable, str]] = {
     "name": (_str, "a non-empty string"),

@@ -380,3 +380,18 @@ def test_a_manifest_as_sweeps_write_it_reads_back(tmp_path: Path) -> None:
     p = tmp_path / "manifest.json"
     p.write_text(json.dumps({"schema_version": 1, "runs": runs, "sweep": {"kind": "ingest"}}))
     assert read_manifest(p)["runs"] == runs
+
+
+@FAST
+@given(key=st.sampled_from(["startup_timeout_s", "load_timeout_s", "stop_grace_s", "output_len", "load_requests"]),
+       value=st.floats() | st.integers(min_value=-(2**63), max_value=2**63 - 1))  # fmt: skip
+def test_run_table_numbers(tmp_path: Path, capsys: pytest.CaptureFixture[str], key: str, value: float) -> None:
+    """[run] settings: finite and > 0 (TOML writes nan and inf; a NaN timeout never times out)."""
+    p = tmp_path / "s.toml"
+    p.write_text(toml_doc({**SCENARIO, "run": {key: value}}))
+    rc, err = outcome(capsys, ["explain", str(p), "--no-validate"])
+    good = not isinstance(value, bool) and math.isfinite(value) and value > 0
+    good = good and (isinstance(value, int) or key.endswith("_s"))
+    assert (rc == 0) == good, (rc, err)
+    if not good:
+        assert f"key 'run.{key}'" in err, err
