@@ -126,5 +126,6 @@ def test_explain_reports_sglangs_refusal_as_one_line_and_exit_2(tmp_path, cache,
     assert main(["explain", str(p)]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err
-    (line,) = err.strip().splitlines()
+    progress, (line,) = err.strip().splitlines()[:-1], err.strip().splitlines()[-1:]
+    assert all(ln.startswith("memfrac: ") and "error" not in ln for ln in progress), err  # the import, announced
     assert line.startswith(f"memfrac: error: {p}: scenario 'x': sglang 0.5.23 refuses it: ValueError: Warning:")
