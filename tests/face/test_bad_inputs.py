@@ -395,3 +395,46 @@ def test_run_table_numbers(tmp_path: Path, capsys: pytest.CaptureFixture[str], k
     assert (rc == 0) == good, (rc, err)
     if not good:
         assert f"key 'run.{key}'" in err, err
+
+
+@FAST
+@given(table=st.sampled_from(["ledger.parquet", "ladder.parquet"]), value=COLUMN_VALUES, pick=st.integers(0, 99))
+def test_ledger_and_ladder_parquet_with_a_column_of_another_type(
+    results: Path, ingested: Path, table: str, value: Any, pick: int
+) -> None:
+    """The report's and calibrate's readers (load_ledger, load_ladder): a typed frame or one FieldError line."""
+    from profiler.core.errors import MemfracError
+    from profiler.results.store import LADDER_COLUMNS, LEDGER_COLUMNS, load_ladder, load_ledger
+
+    columns, load = (LEDGER_COLUMNS, load_ledger) if table == "ledger.parquet" else (LADDER_COLUMNS, load_ladder)
+    col = sorted(columns)[pick % len(columns)]
+    src = ingested / table
+    df = pd.read_parquet(src) if src.exists() else pd.DataFrame()
+    real = len(df) > 0
+    if not real:  # the logs hold no ladder: one rung as the store writes it (16 MiB at bs 8)
+        df = pd.DataFrame([{"schema_version": 1, "run_id": "r", "scenario": "s", "model": "m", "gpu_name": "H200",
+                            "mode": "decode", "tp": 1, "bs": 8, "capture_index": 0, "used_mib": 16.0,
+                            "reserved_mib": 16.0}])  # fmt: skip
+    assert len(load(ingested if real else _write(df, results / table)))  # the unbroken table reads back
+    df[col] = [value] * len(df)
+    df.to_parquet(results / table)
+    try:
+        got = load(results)
+    except MemfracError as e:
+        assert str(e).startswith(f"{results / table}: column {col}: bad value") and "\n" not in str(e), e
+        return
+    assert list(got.columns)[: len(columns)] == list(columns)
+
+
+def _write(df: pd.DataFrame, path: Path) -> Path:
+    df.to_parquet(path)
+    return path.parent
+
+
+def test_report_with_a_ledger_of_another_type(results: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from profiler.results.store import LEDGER_COLUMNS
+
+    df = pd.DataFrame({c: [None] for c in LEDGER_COLUMNS}).assign(mib=["lots"], run_id=["r"], schema_version=[1])
+    df.to_parquet(results / "ledger.parquet")
+    assert outcome(capsys, ["report", str(results)])[1] == (
+        f"memfrac: error: {results / 'ledger.parquet'}: column mib: bad value 'lots'; allowed: float64 values")
