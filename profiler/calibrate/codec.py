@@ -41,7 +41,8 @@ from typing import Any
 
 from profiler.calibrate.fit import Calibration, HeldOut, TermResult, finite
 from profiler.calibrate.shapes import Fit
-from profiler.core.errors import MemfracError
+from profiler.core.errors import FieldError, MemfracError
+from profiler.core.validate import in_range, json_object
 from profiler.model.heuristic.constants import (
     ACTIVATION_MIB_PER_TOKEN,
     CONSTANT_MIB,
@@ -222,30 +223,32 @@ def write_calibration(c: Calibration, path: str | Path) -> dict[str, Any]:
 
 
 def load_calibration(path: str | Path) -> dict[str, Any]:
-    """A calibration.json, checked: one-line errors naming the file and the key."""
-    try:
-        d = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise MemfracError(f"--calibration {path}: no such file (write one with `memfrac calibrate R --out`)") from None
-    except (OSError, json.JSONDecodeError) as e:
-        raise MemfracError(f"--calibration {path}: not JSON ({e})") from None
-    if not isinstance(d, dict) or not isinstance(d.get("terms"), dict):
-        raise MemfracError(f"--calibration {path}: no 'terms' object; not written by `memfrac calibrate --out`")
-    if d.get("schema_version") != SCHEMA_VERSION:
-        raise MemfracError(f"--calibration {path}: schema_version {d.get('schema_version')!r}; this memfrac reads 1")
+    """A calibration.json, checked: one-line errors naming the file and the key. Every param is a finite number
+    ≥ 0 (the fits are: `fit.affine` clamps both parts at 0), so a hand-edited −1280 never reaches a reserve."""
+    if not Path(path).exists():
+        raise MemfracError(f"--calibration {path}: no such file (write one with `memfrac calibrate R --out`)")
+    d = json_object(path, "a calibration.json written by `memfrac calibrate --out` (a JSON object)")
+    if not isinstance(d.get("terms"), dict):
+        raise FieldError(path, "terms", d.get("terms"), "an object: term → {params: {name: number}} "
+                         "(written by `memfrac calibrate --out`)")  # fmt: skip
+    if d.get("schema_version") != SCHEMA_VERSION or isinstance(d.get("schema_version"), bool):
+        raise FieldError(path, "schema_version", d.get("schema_version"), f"{SCHEMA_VERSION} (this memfrac reads 1)")
+    for key in ("rules", "sglang_version"):
+        if d.get(key) is not None and not isinstance(d[key], str):
+            raise FieldError(path, key, d[key], "a release, e.g. \"0.5.23\" (a string)")
     for term, entry in d["terms"].items():
-        ps = entry.get("params") if isinstance(entry, dict) else None
-        if not isinstance(ps, dict) or not all(isinstance(v, int | float) and not isinstance(v, bool)
-                                               for v in ps.values()):  # fmt: skip
-            raise MemfracError(f"--calibration {path}: terms.{term}.params must map names to numbers")
         if term not in PARAM_NAMES:
-            raise MemfracError(f"--calibration {path}: terms.{term}: no such fitted term; known: "
-                               f"{', '.join(PARAM_NAMES)}")  # fmt: skip
+            raise FieldError(path, f"terms.{term}", term, f"a fitted term: {', '.join(PARAM_NAMES)}")
+        ps = entry.get("params") if isinstance(entry, dict) else None
+        if not isinstance(ps, dict):
+            raise FieldError(path, f"terms.{term}.params", ps, "an object: name → number")
         bad = sorted(set(ps) - PARAM_NAMES[term])
         if bad:
             takes = ", ".join(sorted(PARAM_NAMES[term]))
-            raise MemfracError(f"--calibration {path}: terms.{term}.params.{bad[0]}: unknown name; {term} takes "
-                               f"{takes} (written by `memfrac calibrate --out`)")  # fmt: skip
+            raise FieldError(path, f"terms.{term}.params.{bad[0]}", ps[bad[0]], f"a param {term} takes: {takes} "
+                             "(written by `memfrac calibrate --out`)")  # fmt: skip
+        for name, v in ps.items():
+            in_range(path, f"terms.{term}.params.{name}", v, 0, None, "MiB or MiB per unit")
     fits(d, path)
     return d
 

@@ -11,6 +11,7 @@ from profiler.calibrate.fit import calibrate
 from profiler.calibrate.render import render_text
 from profiler.calibrate.upstream import make_patch
 from profiler.core.errors import MemfracError
+from profiler.core.validate import writable_file
 
 
 def run_calibrate(
@@ -22,6 +23,10 @@ def run_calibrate(
     emit_patch: str | None = None,
 ) -> int:
     """The command: print the calibration (text, or one JSON object); write calibration.json and the patch."""
+    if out:
+        writable_file(out, "--out")  # before the fit: a directory given as --out is one line, not lost work
+    if emit_patch and emit_patch != "-":
+        writable_file(emit_patch, "--emit-patch")
     cal = calibrate(results, quantile, margin_mib)
     patch, refusal = None, None
     if emit_patch:

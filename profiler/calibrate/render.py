@@ -48,11 +48,24 @@ def _held_text(h: HeldOut | None) -> str:
     return "n/a" if h is None else f"{len(h.under)}/{h.tested}"
 
 
+def rules_span(c: Calibration) -> str:
+    """The rule sets the evidence was sized with: one ("sglang 0.5.23 rules"), or the range over every run's rule
+    sets in release order ("sglang 0.4.0 … 0.5.23 rules (12 rule sets)") — ingested logs span many releases, and
+    naming only the most common one read as if all were sized by it."""
+    from profiler.model.heuristic import RULE_SETS
+
+    names = {n for t in c.terms for o in t.observations for n in o.rule_sets}
+    order = [n for n in RULE_SETS if n in names] + sorted(names - set(RULE_SETS))
+    if len(order) <= 1:
+        return f"sglang {order[0] if order else c.rules} rules"
+    return f"sglang {order[0]} … {order[-1]} rules ({len(order)} rule sets)"
+
+
 def render_text(c: Calibration) -> str:
     """The calibration as a maintainer reads it: one line per sglang term, then the evidence (profiler.core.ui)."""
     q = "max" if c.quantile == 1.0 else f"{c.quantile:g}-quantile"
     lines = [
-        f"memfrac calibrate: {c.runs} runs from {len(c.results)} results dir(s), sized by sglang {c.rules} rules; "
+        f"memfrac calibrate: {c.runs} runs from {len(c.results)} results dir(s), sized by {rules_span(c)}; "
         f"constant = {q} of the per-run ratios; +{c.margin_mib:g} MiB margin on absolute constants",
         "",
     ]

@@ -22,7 +22,7 @@ import io
 import json
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -186,8 +186,12 @@ def _resolve_installed(jobs: list[dict[str, Any]]) -> list[OracleResult]:
     return out
 
 
-def validate(scenarios: Sequence[Scenario], rules: str | None = None, *, use_cache: bool = True) -> Validation:
-    """Resolve every scenario with sglang: the installed release, or `rules`' release side by side."""
+def validate(
+    scenarios: Sequence[Scenario], rules: str | None = None, *, use_cache: bool = True,
+    progress: Callable[[str], None] | None = None,
+) -> Validation:  # fmt: skip
+    """Resolve every scenario with sglang: the installed release, or `rules`' release side by side. `progress`
+    hears one line before sglang is imported (seconds to a minute, silent otherwise) and one when it is done."""
     t0 = time.perf_counter()
     installed = installed_version()
     if installed is None:
@@ -220,6 +224,8 @@ def validate(scenarios: Sequence[Scenario], rules: str | None = None, *, use_cac
     cached = len(results)
     if todo:
         jobs = [j for _, j, _ in todo]
+        if progress is not None:
+            progress(importing_line(len(todo), release, where, cached))
         if directory is None:
             got = _resolve_installed(jobs)
         else:
@@ -232,8 +238,19 @@ def validate(scenarios: Sequence[Scenario], rules: str | None = None, *, use_cac
             results[s.name] = r
             cache.put(key, r)
         cache.save()
+        if progress is not None:
+            progress(f"sglang {release} resolved {len(todo)} scenario(s) in {time.perf_counter() - t0:.0f} s "
+                     "(cached: the next run is instant)")  # fmt: skip
     ordered = {s.name: results[s.name] for s in scenarios if s.name in results}
     return Validation(release, where, ordered, time.perf_counter() - t0, cached, inexpressible=inexpressible)
+
+
+def importing_line(n: int, release: str, where: str, cached: int = 0) -> str:
+    """What the user reads while sglang is imported (the first `explain` was silent for ~36 s before)."""
+    more = f"; {cached} already cached" if cached else ""
+    how = "in a subprocess" if where == "side by side" else "in this process"
+    return (f"validating {n} scenario(s) with sglang {release} ({where}, {how}{more}): importing sglang takes "
+            "~20–40 s the first time…")  # fmt: skip
 
 
 def refusal_message(v: Validation, source: str) -> str:
@@ -241,11 +258,14 @@ def refusal_message(v: Validation, source: str) -> str:
     return "\n".join(f"{source}: scenario {name!r}: sglang {v.release} refuses it: {err}" for name, err in v.refused)
 
 
-def check(scenarios: Sequence[Scenario], rules: str | None = None, *, enabled: bool = True) -> Validation:
+def check(
+    scenarios: Sequence[Scenario], rules: str | None = None, *, enabled: bool = True,
+    progress: Callable[[str], None] | None = None,
+) -> Validation:  # fmt: skip
     """`validate`, then raise a `MemfracError` (one line per refused scenario) before anything starts."""
     if not enabled:
         return Validation(None, "", reason="--no-validate")
-    v = validate(scenarios, rules)
+    v = validate(scenarios, rules, progress=progress)
     if v.refused:
         source = scenarios[0].source if scenarios and scenarios[0].source else "<scenarios>"
         raise MemfracError(refusal_message(v, source))

@@ -8,10 +8,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 
 from profiler import __version__
-from profiler.core.errors import MemfracError
+from profiler.core.errors import FieldError, MemfracError, MemfracWarning
+from profiler.core.validate import in_range
 from profiler.model.heuristic.releases import DEFAULT_RELEASE
 
 Handler = Callable[[argparse.Namespace], int]
@@ -25,11 +27,15 @@ def _cmd_explain(a: argparse.Namespace) -> int:
     from profiler.model.scenario import load_scenarios
 
     scenarios = load_scenarios(a.scenario)
+    if a.free_at_start is not None:  # a reading of free memory: ≥ 0 and at most the GPU's capacity
+        for s in scenarios:
+            in_range("--free-at-start", "", a.free_at_start, 0, s.gpu.total_mib,
+                     f"MiB (free memory at start: at most {s.name}'s GPU, {s.gpu.name})")  # fmt: skip
     if a.compare_rules:
         ra_, rb_ = rules_for(a.compare_rules[0]), rules_for(a.compare_rules[1])
     else:
         rules_for(a.rules)  # an unknown or unmodelled release is refused before sglang is asked
-    validation = check(scenarios, None if a.compare_rules else a.rules, enabled=not a.no_validate)
+    validation = check(scenarios, None if a.compare_rules else a.rules, enabled=not a.no_validate, progress=_note)
     if not validation.validated or validation.inexpressible:
         print(f"note: {validation.summary()}", file=sys.stderr)
     if a.compare_rules:
@@ -86,6 +92,11 @@ def _cmd_explain(a: argparse.Namespace) -> int:
     return 0
 
 
+def _note(line: str) -> None:
+    """A progress line on stderr (stdout stays the command's output)."""
+    print(f"memfrac: {line}", file=sys.stderr, flush=True)
+
+
 def _calibrated_dict(cr) -> dict:
     from dataclasses import asdict
 
@@ -94,10 +105,11 @@ def _calibrated_dict(cr) -> dict:
 
 def _cmd_deepep_size(a: argparse.Namespace) -> int:
     from profiler.model.deepep import DeepEPInputs, analytic_sizes, inputs_from_model_config, render_sizes, sizes_dict
-    from profiler.model.modelcfg import load_model_config
+    from profiler.model.modelcfg import load_model_config, load_model_shape
 
     try:
         if a.model:
+            load_model_shape(a.model)  # every field it reads checked: one line naming config.json and the key
             inp = inputs_from_model_config(
                 load_model_config(a.model), tokens_per_rank=a.tokens, num_ranks=a.ranks, mode=a.mode
             )
@@ -123,16 +135,22 @@ def _pick(path: str, name: str | None):
 def _parse_gpus(text: str | None) -> list[int] | None:
     if text is None:
         return None
+    allowed = "GPU indices ≥ 0 like 0,1, or a rising range like 0-7"
     out: list[int] = []
     try:
         for part in text.split(","):
             if "-" in part:
                 a, b = part.split("-")
-                out += list(range(int(a), int(b) + 1))
+                lo, hi = int(a), int(b)
+                if lo > hi:
+                    raise ValueError
+                out += list(range(lo, hi + 1))
             elif part.strip():
                 out.append(int(part))
     except ValueError:
-        raise MemfracError(f"--gpus {text!r}: give indices like 0,1 or a range like 0-7") from None
+        raise FieldError("--gpus", "", text, allowed) from None
+    if not out or min(out) < 0 or len(set(out)) != len(out):
+        raise FieldError("--gpus", "", text, allowed + ", each once")
     return out
 
 
@@ -150,7 +168,7 @@ def _cmd_run(a: argparse.Namespace) -> int:
         return run_pair_command(pair, out=a.out, gpus=_parse_gpus(a.gpus), device=a.device,
                                 validate=not a.no_validate, as_json=a.json)  # fmt: skip
     s = _pick(a.scenario_file, a.scenario)
-    v = check([s], enabled=not a.no_validate)
+    v = check([s], enabled=not a.no_validate, progress=_note)
     print(v.summary() if v.validated else f"note: {v.summary()}", file=sys.stderr)
     out = Path(a.out) if a.out else Path("results/runs") / f"{s.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     res = run_scenario(
@@ -494,7 +512,53 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = ap.parse_args(argv)
     main_thread = threading.current_thread() is threading.main_thread()
     old = signal.signal(signal.SIGTERM, _raise_terminated) if main_thread else None
+    with warnings.catch_warnings():  # restored on return: main() called in-process leaves no filter behind
+        python_show = warnings.showwarning
+
+        def show(message, category, filename, lineno, file=None, line=None) -> None:
+            """A MemfracWarning is one line on stderr ("memfrac: warning: …"); others as Python shows them."""
+            if issubclass(category, MemfracWarning):
+                print(f"memfrac: warning: {message}", file=sys.stderr, flush=True)
+            else:
+                python_show(message, category, filename, lineno, file, line)
+
+        warnings.simplefilter("always", MemfracWarning)
+        warnings.showwarning = show
+        return _run(a, old)
+
+
+#: Numeric options every command checks before it starts: option attribute → (flag, lowest, highest).
+_NUMBERS: dict[str, tuple[str, float, float | None]] = {
+    "free_at_start": ("--free-at-start", 0, None),
+    "margin": ("--margin", 0, None),
+    "quantile": ("--quantile", 0, 1),
+    "min_regression_mib": ("--min-regression-mib", 0, None),
+    "jobs": ("--jobs", 1, None),
+    "parallel": ("--parallel", 1, None),
+    "tokens": ("--tokens", 1, None),
+    "ranks": ("--ranks", 1, None),
+    "hidden": ("--hidden", 1, None),
+    "experts": ("--experts", 1, None),
+}
+
+
+def check_numbers(a: argparse.Namespace) -> None:
+    """Every numeric option finite and in range (argparse's float() takes "nan" and "inf")."""
+    for attr, (flag, lo, hi) in _NUMBERS.items():
+        v = getattr(a, attr, None)
+        if v is None:
+            continue
+        in_range(flag, "", v, lo, hi)
+        if attr == "quantile" and v == 0:
+            raise FieldError(flag, "", v, "a number in (0, 1]: the share of runs a constant covers")
+
+
+def _run(a: argparse.Namespace, old: object) -> int:
+    """The command, with every way out handled; `old` is the SIGTERM handler main() replaced (put back on return)."""
+    import signal
+
     try:
+        check_numbers(a)
         return int(a.func(a) or 0)
     except MemfracError as e:
         print(f"memfrac: error: {e}", file=sys.stderr)

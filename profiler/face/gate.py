@@ -21,7 +21,8 @@ from typing import Any
 
 import pandas as pd
 
-from profiler.core.errors import MemfracError
+from profiler.core.errors import FieldError, MemfracError
+from profiler.core.validate import json_object, size_mib, writable_file
 from profiler.results.store import load_results, read_manifest
 
 BASELINE_VERSION = 1
@@ -43,8 +44,8 @@ def parse_pct(text: str | float) -> float:
         v = float(str(text).strip().rstrip("%"))
     except ValueError:
         raise MemfracError(f"--max-regression {text!r}: give a percentage like 5%") from None
-    if v < 0:
-        raise MemfracError(f"--max-regression {text!r}: must be ≥ 0")
+    if not math.isfinite(v) or v < 0:
+        raise FieldError("--max-regression", "", text, "a finite percentage ≥ 0, like 5%")
     return v
 
 
@@ -65,6 +66,7 @@ def _measured(df: pd.DataFrame) -> dict[str, dict[str, float]]:
 
 def write_baseline(results_dir: str | Path, out: str | Path) -> dict[str, Any]:
     """Record every measured term of every GPU scenario as the reference for later gates."""
+    writable_file(out, "--out")
     df = load_results(results_dir)
     base = {
         "version": BASELINE_VERSION,
@@ -83,18 +85,25 @@ def write_baseline(results_dir: str | Path, out: str | Path) -> dict[str, Any]:
 
 
 def load_baseline(path: str | Path) -> dict[str, Any]:
-    try:
-        b = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise MemfracError(
-            f"baseline not found: {path} (write one with `memfrac baseline RESULTS --out {path}`)"
-        ) from None
-    except json.JSONDecodeError as e:
-        raise MemfracError(f"{path}: not a memfrac baseline ({e})") from None
-    if not isinstance(b, dict) or "scenarios" not in b:
-        raise MemfracError(f"{path}: not a memfrac baseline (no 'scenarios')")
-    if b.get("version", 1) > BASELINE_VERSION:
-        raise MemfracError(f"{path}: baseline version {b['version']} is newer than this memfrac")
+    """A baseline written by `memfrac baseline`, checked field by field (one line naming the field otherwise)."""
+    if not Path(path).exists():
+        raise MemfracError(f"baseline not found: {path} (write one with `memfrac baseline RESULTS --out {path}`)")
+    b = json_object(path, "a memfrac baseline (a JSON object written by `memfrac baseline`)")
+    v = b.get("version", 1)
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise FieldError(path, "version", v, f"an integer 1..{BASELINE_VERSION}")
+    if v > BASELINE_VERSION:
+        raise MemfracError(f"{path}: baseline version {v} is newer than this memfrac")
+    if "scenarios" not in b:
+        raise FieldError(path, "scenarios", None, "an object: scenario → term → measured MiB (not a memfrac baseline)")
+    scen = b["scenarios"]
+    if not isinstance(scen, dict):
+        raise FieldError(path, "scenarios", scen, "an object: scenario → term → measured MiB")
+    for name, terms in scen.items():
+        if not isinstance(terms, dict):
+            raise FieldError(path, f"scenarios.{name}", terms, "an object: term → measured MiB")
+        for term, mib in terms.items():
+            size_mib(path, f"scenarios.{name}.{term}", mib)
     return b
 
 
@@ -203,13 +212,25 @@ def render(checks: list[Check]) -> str:
         lines.append(
             ui.table(["scenario", "check", "why it failed"], [[c.scenario, c.name, c.message] for c in failed])
         )
-    skipped = sum(c.skipped for c in checks)
-    if skipped:
-        lines.append(f"({skipped} host-memory runs reported but not gated)")
+    kinds = skipped_kinds(checks)
+    if kinds:
+        lines.append("(" + ", ".join(f"{n} {k}" for k, n in kinds.items()) + ": reported, not gated)")
     return "\n".join(lines)
 
 
+def skipped_kinds(checks: list[Check]) -> dict[str, int]:
+    """The checks reported but not gated, counted by why: host-memory runs apart from incomplete logs."""
+    out: dict[str, int] = {}
+    for c in checks:
+        if c.skipped:
+            kind = "incomplete logs" if c.message.startswith("incomplete") else "host-memory runs"
+            out[kind] = out.get(kind, 0) + 1
+    return out
+
+
 def run_gate(results: str, baseline: str | None, max_regression: str, junit: str | None, min_mib: float = 32.0) -> int:
+    if junit:
+        writable_file(junit, "--junit")  # before the work: a directory or read-only path is one line, not lost work
     checks = gate(results, baseline, parse_pct(max_regression), min_mib)
     if junit:
         write_junit(checks, junit)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from profiler.core.errors import MemfracError
+from profiler.core.validate import writable_file
 from profiler.ingest.judge import Judged, judge, log_context
 from profiler.ingest.output import IngestRow, render, rows_for, write_results_parquet, write_rows
 from profiler.ingest.pool import read_logs
@@ -100,9 +101,11 @@ def run_ingest(
         store = Store(out)
         store.init({"kind": "ingest", "inputs": [str(p) for p in paths]})
     elif out is not None and (fmt == "parquet" or Path(out).suffix == ".parquet"):
-        parquet = Path(out)
+        parquet = writable_file(out, "--out")
     elif fmt == "parquet":
         raise MemfracError("--format parquet needs --out FILE.parquet (or --out DIR: a results directory)")
+    if out is not None and store is None and parquet is None:
+        writable_file(out, "--out")  # a .csv/.json file: checked before the logs are read
     rows: list[IngestRow] = []
     batch: list[tuple[Measurement, Comparison, RunContext]] = []
     seen: list[LogFile] = []

@@ -17,12 +17,14 @@ import codecs
 import lzma
 import os
 import re
+import warnings
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from profiler.core.errors import MemfracError
+from profiler.core.errors import MemfracError, MemfracWarning
+from profiler.core.validate import readable_file
 
 CHUNK_BYTES = 4 << 20
 SNIFF_BYTES = 8192
@@ -56,10 +58,8 @@ def log_files(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
     for p in map(Path, paths):
         if p.is_dir():
             out += sorted(x for x in p.iterdir() if x.is_file() and is_log_name(x.name))
-        elif p.is_file():
-            out.append(p)
-        else:
-            raise MemfracError(f"{p}: no such file or directory")
+        else:  # a missing path, a device (/dev/null) or a FIFO: one line that says which
+            out.append(readable_file(p, "", "a log file (or a directory of logs)"))
     return out
 
 
@@ -125,11 +125,11 @@ def _decompressed(
 ) -> Iterator[bytes]:
     f = _Counting(open(path, "rb"), progress)  # noqa: SIM115 - closed by _stream
     if kind == "gzip":
-        return _incremental(f, str(path), size, lambda: zlib.decompressobj(wbits=47))
+        return _incremental(f, str(path), size, lambda: zlib.decompressobj(wbits=47), kind)
     if kind == "xz":
-        return _incremental(f, str(path), size, lzma.LZMADecompressor)
+        return _incremental(f, str(path), size, lzma.LZMADecompressor, kind)
     if kind == "bz2":
-        return _incremental(f, str(path), size, bz2.BZ2Decompressor)
+        return _incremental(f, str(path), size, bz2.BZ2Decompressor, kind)
     if kind == "zstd":
         try:
             import zstandard
@@ -139,8 +139,8 @@ def _decompressed(
                 f"{path}: zstd-compressed; reading it needs the 'zstandard' package (pip install zstandard), "
                 "or decompress it first (zstd -d)"
             ) from e
-        reader = zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True, closefd=True)
-        return _stream(reader, str(path), size, f)  # type: ignore[arg-type]
+        # frame by frame like the others: a stream reader says nothing of a cut-off frame (it reads as empty)
+        return _incremental(f, str(path), size, lambda: zstandard.ZstdDecompressor().decompressobj(), kind)
     return _stream(f, str(path), size, f)  # type: ignore[arg-type]
 
 
@@ -196,11 +196,12 @@ def _stream(f: BinaryIO, name: str, size: int, raw: _Counting) -> Iterator[bytes
         raw.close()
 
 
-def _incremental(f: _Counting, name: str, size: int, new: Callable[[], Any]) -> Iterator[bytes]:
-    """Decompress block by block: every member/stream of a concatenation (`cat a.gz b.gz`), and what a stream
-    cut off (copied while being written) holds up to the cut."""
+def _incremental(f: _Counting, name: str, size: int, new: Callable[[], Any], kind: str = "") -> Iterator[bytes]:
+    """Decompress block by block: every member/stream/frame of a concatenation (`cat a.gz b.gz`), and what a
+    stream cut off (copied while being written) holds up to the cut — kept, with a MemfracWarning naming the
+    file, so a truncated log is never read silently as a run that stopped early."""
     d = new()
-    got = False
+    got = 0
     try:
         while block := f.read(size):
             try:
@@ -209,17 +210,27 @@ def _incremental(f: _Counting, name: str, size: int, new: Callable[[], Any]) -> 
                     rest = d.unused_data
                     d = new()
                     out += d.decompress(rest)
-            except (zlib.error, lzma.LZMAError, OSError, EOFError) as e:
-                raise MemfracError(f"{name}: compressed data is damaged ({e})") from e
+            except Exception as e:  # zlib.error, LZMAError, OSError, EOFError, zstandard.ZstdError
+                if not isinstance(e, zlib.error | lzma.LZMAError | OSError | EOFError) and not type(
+                    e
+                ).__module__.startswith("zstandard"):
+                    raise
+                raise MemfracError(f"{name}: {kind or 'compressed'} data is damaged ({e})") from e
             if out:
-                got = True
+                got += len(out)
                 yield out
         tail = d.flush() if hasattr(d, "flush") else b""
         if tail:
-            got = True
+            got += len(tail)
             yield tail
-        if not got and not d.eof:
-            raise MemfracError(f"{name}: compressed data is cut off before any text")
+        if not d.eof:
+            if not got:
+                raise MemfracError(f"{name}: {kind or 'compressed'} data is cut off before any text")
+            warnings.warn(
+                MemfracWarning(f"{name}: {kind or 'compressed'} data is truncated (cut off after {got:,} bytes of "
+                               "text); what was read is kept, the rest of the log is missing"),
+                stacklevel=2,
+            )  # fmt: skip
     finally:
         f.close()
 

@@ -8,7 +8,7 @@ SGLang uses (GQA/MHA heads sharded by attention-TP, MLA latent replicated).
 
 from __future__ import annotations
 
-import json
+import hashlib
 import math
 import re
 from dataclasses import dataclass
@@ -16,7 +16,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from profiler.core.errors import MemfracError
+from profiler.core.errors import FieldError, MemfracError
+from profiler.core.validate import json_object
 
 # Architectures SGLang serves with its MLA attention (sglang/srt/configs/model_config.py, 0.5.23).
 MLA_ARCHITECTURES = frozenset(
@@ -187,18 +188,24 @@ def _first(cfg: dict[str, Any], *keys: str, default: Any = None) -> Any:
 
 
 def load_model_config(model_dir: str | Path) -> dict[str, Any]:
-    """The parsed `config.json` of a model directory (or the file itself)."""
+    """The parsed `config.json` of a model directory (or the file itself): a UTF-8 JSON object, or one line."""
+    p = Path(model_dir)
+    cfg_path = p / "config.json" if p.is_dir() else p
+    if not cfg_path.exists():
+        raise MemfracError(f"model config not found: {cfg_path} (a model is a directory holding config.json)")
+    return json_object(cfg_path, "a Hugging Face config.json (a JSON object)")
+
+
+def load_model_shape(model_dir: str) -> ModelShape:
+    """Read `<model_dir>/config.json`, checked (cached per path and content: a config rewritten in place is
+    read again, never answered from a shape of its old bytes)."""
     p = Path(model_dir)
     cfg_path = p / "config.json" if p.is_dir() else p
     try:
-        raw = json.loads(cfg_path.read_text())
-    except FileNotFoundError:
-        raise MemfracError(f"model config not found: {cfg_path} (a model is a directory holding config.json)") from None
-    except json.JSONDecodeError as e:
-        raise MemfracError(f"{cfg_path}: not valid JSON ({e})") from None
-    if not isinstance(raw, dict):
-        raise MemfracError(f"{cfg_path}: expected a JSON object")
-    return raw
+        digest = hashlib.sha256(cfg_path.read_bytes()).hexdigest()
+    except OSError:
+        digest = ""  # load_model_config says what is wrong with it
+    return _shape(str(model_dir), str(cfg_path), digest)
 
 
 def is_draft_model(model_dir: str | Path) -> bool:
@@ -209,54 +216,90 @@ def is_draft_model(model_dir: str | Path) -> bool:
 
 
 @cache
-def load_model_shape(model_dir: str) -> ModelShape:
-    """Read `<model_dir>/config.json` (cached per path: a model's shapes do not change under us)."""
-    return shape_from_config(load_model_config(model_dir), str(model_dir))
+def _shape(model_dir: str, cfg_path: str, digest: str) -> ModelShape:
+    return shape_from_config(load_model_config(model_dir), model_dir, cfg_path)
 
 
-def shape_from_config(raw: dict[str, Any], path: str = "") -> ModelShape:
-    """Build a ModelShape from a parsed HF config (text config of multimodal models included)."""
+def _count(cfg: dict[str, Any], file: str, prefix: str, keys: tuple[str, ...], default: Any, lo: int = 0) -> int:
+    """An integer field (the first of `keys` present), ≥ `lo` (and < 2^31: no layer count or width is larger)."""
+    key = next((k for k in keys if cfg.get(k) is not None), None)
+    if key is None:
+        if default is None:
+            raise FieldError(file, prefix + keys[0], None, f"an integer {lo}..{2**31 - 1} (every LLM config has it)")
+        return int(default)
+    v = cfg[key]
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v < 2**31:
+        raise FieldError(file, prefix + key, v, f"an integer {lo}..{2**31 - 1}")
+    return int(v)
+
+
+def _table(cfg: dict[str, Any], file: str, key: str) -> dict[str, Any] | None:
+    v = cfg.get(key)
+    if v is not None and not isinstance(v, dict):
+        raise FieldError(file, key, v, "a JSON object")
+    return v
+
+
+def shape_from_config(raw: dict[str, Any], path: str = "", file: str = "") -> ModelShape:
+    """Build a ModelShape from a parsed HF config (text config of multimodal models included). Every field it
+    reads is checked: a wrong type or a negative count is a FieldError naming `file` and the key."""
+    file = file or path or "config.json"
     archs = raw.get("architectures") or ["unknown"]
+    if not isinstance(archs, list) or not archs or not isinstance(archs[0], str):
+        raise FieldError(file, "architectures", archs, 'a list of class names, e.g. ["LlamaForCausalLM"]')
     arch = archs[0]
-    text = raw.get("text_config") or raw.get("llm_config") or raw
-    multimodal = "vision_config" in raw or "vision_config" in text or arch.endswith("ForConditionalGeneration")
-    hidden = _first(text, "hidden_size", "d_model")
-    heads = _first(text, "num_attention_heads", "n_head")
-    if hidden is None or heads is None:
-        raise MemfracError(
-            f"{path or 'config.json'}: missing hidden_size/num_attention_heads; not a decoder LLM config"
-        )
-    n_experts = _first(text, "n_routed_experts", "num_experts", "num_local_experts", default=0) or 0
-    quant = raw.get("quantization_config") or text.get("quantization_config") or {}
+    sub = "text_config" if raw.get("text_config") is not None else "llm_config"
+    text = _table(raw, file, sub) or raw
+    pre = f"{sub}." if text is not raw else ""
+    vision = "vision_config" in raw or "vision_config" in text
+    multimodal = vision or arch.endswith("ForConditionalGeneration")
+    hidden = _count(text, file, pre, ("hidden_size", "d_model"), None, 1)
+    heads = _count(text, file, pre, ("num_attention_heads", "n_head"), None, 1)
+    n_experts = _count(text, file, pre, ("n_routed_experts", "num_experts", "num_local_experts"), 0)
+    quant = _table(raw, file, "quantization_config") or _table(text, file, "quantization_config") or {}
     qm = str(quant.get("quant_method", "")).lower()
-    first_dense = _first(text, "first_k_dense_replace", default=None)
-    if first_dense is None:
+    if text.get("first_k_dense_replace") is not None:
+        first_dense = _count(text, file, pre, ("first_k_dense_replace",), 0)
+    else:
         mlp_only = text.get("mlp_only_layers") or []
+        if not isinstance(mlp_only, list):
+            raise FieldError(file, pre + "mlp_only_layers", mlp_only, "a list of layer indices")
         first_dense = len(mlp_only)
     is_mla = arch in MLA_ARCHITECTURES and text.get("kv_lora_rank") is not None
+    dtype = _first(raw, "torch_dtype", "dtype", default=text.get("torch_dtype", "bfloat16"))
+    if not isinstance(dtype, str):
+        raise FieldError(file, "torch_dtype", dtype, "a dtype name, e.g. \"bfloat16\"")
+    dtype_bytes(dtype)  # an unknown dtype is refused here, not when the first size is computed
+    tie = _first(raw, "tie_word_embeddings", default=text.get("tie_word_embeddings", False))
+    if not isinstance(tie, bool):
+        raise FieldError(file, "tie_word_embeddings", tie, "true | false")
+
+    def count(key: str, default: Any = 0, lo: int = 0, *alts: str) -> int:
+        return _count(text, file, pre, (key, *alts), default, lo)
+
     return ModelShape(
         path=path,
         architecture=arch,
         model_type=str(raw.get("model_type", "")),
-        hidden_size=int(hidden),
-        num_layers=int(_first(text, "num_hidden_layers", "n_layer")),
-        num_heads=int(heads),
-        num_kv_heads=int(_first(text, "num_key_value_heads", default=heads)),
-        head_dim=int(_first(text, "head_dim", default=hidden // heads)),
-        intermediate_size=int(_first(text, "intermediate_size", default=4 * hidden)),
-        vocab_size=int(_first(text, "vocab_size", default=0)),
-        tie_word_embeddings=bool(_first(raw, "tie_word_embeddings", default=text.get("tie_word_embeddings", False))),
-        dtype=str(_first(raw, "torch_dtype", "dtype", default=text.get("torch_dtype", "bfloat16"))),
+        hidden_size=hidden,
+        num_layers=count("num_hidden_layers", None, 1, "n_layer"),
+        num_heads=heads,
+        num_kv_heads=count("num_key_value_heads", heads, 1),
+        head_dim=count("head_dim", hidden // heads, 1),
+        intermediate_size=count("intermediate_size", 4 * hidden),
+        vocab_size=count("vocab_size"),
+        tie_word_embeddings=tie,
+        dtype=dtype,
         is_mla=is_mla,
         is_multimodal=multimodal,
-        kv_lora_rank=int(text.get("kv_lora_rank") or 0),
-        qk_rope_head_dim=int(text.get("qk_rope_head_dim") or 0),
-        qk_nope_head_dim=int(text.get("qk_nope_head_dim") or 0),
-        v_head_dim=int(text.get("v_head_dim") or 0),
-        q_lora_rank=int(text.get("q_lora_rank") or 0),
-        num_experts=int(n_experts),
-        moe_intermediate_size=int(_first(text, "moe_intermediate_size", default=0) or 0),
-        num_shared_experts=int(_first(text, "n_shared_experts", "num_shared_experts", default=0) or 0),
-        num_dense_layers=int(first_dense) if n_experts else 0,
+        kv_lora_rank=count("kv_lora_rank"),
+        qk_rope_head_dim=count("qk_rope_head_dim"),
+        qk_nope_head_dim=count("qk_nope_head_dim"),
+        v_head_dim=count("v_head_dim"),
+        q_lora_rank=count("q_lora_rank"),
+        num_experts=n_experts,
+        moe_intermediate_size=count("moe_intermediate_size"),
+        num_shared_experts=count("n_shared_experts", 0, 0, "num_shared_experts"),
+        num_dense_layers=first_dense if n_experts else 0,
         quantization="fp8" if qm == "fp8" else qm,
     )

@@ -10,6 +10,7 @@ the bad value and the allowed values.
 from __future__ import annotations
 
 import itertools
+import math
 import re
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from profiler.core.errors import MemfracError, ScenarioError
+from profiler.core.validate import GPU_MAX_MIB, GPU_MIN_MIB, read_text
 from profiler.model.a2a import A2A_BACKENDS, BACKENDS
 from profiler.model.gpus import Gpu, gpu_by_name, gpu_from_mib, known_gpus
 from profiler.model.modelcfg import ModelShape, load_model_shape
@@ -218,7 +220,7 @@ def _env(v: Any) -> tuple[tuple[str, str], ...]:
 
 
 def _positive_float(v: Any) -> float:
-    if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0:
+    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v < math.inf:  # TOML has nan and inf
         raise ValueError
     return float(v)
 
@@ -229,11 +231,11 @@ _GRAPH_KEYS: dict[str, tuple[Callable, str]] = {
     "bs": (_bs_list, "a non-empty list of integers ≥ 1"),
 }
 _RUN_KEYS: dict[str, tuple[Callable, str]] = {
-    "startup_timeout_s": (_positive_float, "seconds > 0"),
-    "load_timeout_s": (_positive_float, "seconds > 0"),
+    "startup_timeout_s": (_positive_float, "finite seconds > 0"),
+    "load_timeout_s": (_positive_float, "finite seconds > 0"),
     "load_requests": (_int(1), "an integer ≥ 1"),
     "output_len": (_int(1), "an integer ≥ 1"),
-    "stop_grace_s": (_positive_float, "seconds > 0"),
+    "stop_grace_s": (_positive_float, "finite seconds > 0"),
 }
 _SCALAR_KEYS: dict[str, tuple[Callable, str]] = {
     "name": (_str, "a non-empty string"),
@@ -287,12 +289,11 @@ def load_scenarios(path: str | Path, models_dir: Path | None = None) -> list[Sce
     """Read, validate and expand a scenario file into concrete scenarios (matrix expanded, names unique)."""
     p = Path(path)
     f = str(path)
-    try:
-        text = p.read_text()
-    except FileNotFoundError:
-        raise MemfracError(f"scenario file not found: {f}") from None
-    except IsADirectoryError:
-        raise MemfracError(f"{f} is a directory; give a scenario .toml file") from None
+    if not p.exists():
+        raise MemfracError(f"scenario file not found: {f}")
+    if p.is_dir():
+        raise MemfracError(f"{f} is a directory; give a scenario .toml file")
+    text = read_text(p, what="a scenario .toml file (UTF-8 text)")
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -304,7 +305,10 @@ def scenarios_from_doc(
     doc: Mapping[str, Any], f: str, models_dir: Path, base_dir: Path | None = None
 ) -> list[Scenario]:
     """Validate and expand an already parsed scenario document (see module docstring for the layout)."""
-    defaults = dict(doc.get("defaults") or {})
+    defaults = doc.get("defaults") or {}
+    if not isinstance(defaults, dict):
+        raise ScenarioError(f, "defaults", defaults, "a table of keys every [[scenario]] shares")
+    defaults = dict(defaults)
     if "scenario" in doc:
         entries = doc["scenario"]
         if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
@@ -363,7 +367,9 @@ def _expand_entry(
         e = _deep_copy(entry)
         chosen: list[tuple[str, Any]] = []
         for (mk, _), v in zip(axes, combo, strict=True):
-            _set_dotted(e, mk, v)
+            if not _set_dotted(e, mk, v):
+                top = mk.split(".", 1)[0]
+                raise ScenarioError(f, _key(prefix, top), e.get(top), f"a table (the matrix sets {mk})")
             chosen.append((mk, v))
         if chosen:
             e["name"] = _generated_name(str(base_name), chosen)
@@ -408,11 +414,15 @@ def _deep_copy(d: Any) -> Any:
     return d
 
 
-def _set_dotted(d: dict[str, Any], dotted: str, value: Any) -> None:
+def _set_dotted(d: dict[str, Any], dotted: str, value: Any) -> bool:
+    """Set a dotted key; False when a part on the way is not a table (the caller names it)."""
     parts = dotted.split(".")
     for p in parts[:-1]:
         d = d.setdefault(p, {})
+        if not isinstance(d, dict):
+            return False
     d[parts[-1]] = value
+    return True
 
 
 def _generated_name(base: str, chosen: list[tuple[str, Any]]) -> str:
@@ -447,6 +457,7 @@ def _resolve_model(value: Any, f: str, key: str, models_dir: Path, base_dir: Pat
         candidates.insert(1, base_dir / value)
     for c in candidates:
         if (c / "config.json").is_file():
+            load_model_shape(str(c.resolve()))  # its config.json checked here, before sglang is asked about it
             return value, str(c.resolve())
     have = sorted(p.name for p in models_dir.iterdir() if (p / "config.json").is_file()) if models_dir.is_dir() else []
     raise ScenarioError(f, key, value, "one of " + ", ".join(have) + " (or a path to a directory holding config.json)")
@@ -455,8 +466,9 @@ def _resolve_model(value: Any, f: str, key: str, models_dir: Path, base_dir: Pat
 def _resolve_gpu(value: Any, f: str, key: str) -> Gpu:
     names = ", ".join(g.name for g in known_gpus())
     if isinstance(value, int) and not isinstance(value, bool):
-        if value < 1024:
-            raise ScenarioError(f, key, value, f"a GPU name ({names}) or memory.total in MiB (≥ 1024)")
+        if not GPU_MIN_MIB <= value <= GPU_MAX_MIB:
+            raise ScenarioError(f, key, value, f"a GPU name ({names}) or memory.total in MiB, "
+                                f"{GPU_MIN_MIB}..{GPU_MAX_MIB} (a GPU holds 1 GiB … 1 TiB)")  # fmt: skip
         return gpu_from_mib(value)
     if isinstance(value, str):
         try:

@@ -30,9 +30,10 @@ import pandas as pd
 
 from profiler import __version__
 from profiler.analyse.compare import Comparison
-from profiler.core.errors import MemfracError
+from profiler.core.errors import FieldError, MemfracError
 from profiler.core.measurement import Measurement
 from profiler.core.provenance import defaulted_inputs
+from profiler.core.validate import finite, json_object
 from profiler.measure.machine import gpu_inventory
 
 SCHEMA_VERSION = 1
@@ -477,6 +478,48 @@ class Store:
         _atomic_parquet(path, new)
 
 
+#: Columns that hold a size or a count: finite and ≥ 0 where present (NA is "not known" and allowed).
+NON_NEGATIVE = frozenset({
+    "gpu_total_mib", "reserved_mib", "free_at_start_mib", "kv_bytes_per_token", "kv_tokens", "kv_pool_mib",
+    "weights_mib", "margin_mib", "decode_max_bs", "deepep_tokens", "deepep_analytic_mib", "deepep_device_mib",
+    "hidden_size", "num_experts", "request_pools_mib", "tp", "pp", "dp", "attn_dp", "ep", "bs", "capture_index",
+})  # fmt: skip
+
+
+def typed_table(path: Path, df: pd.DataFrame, columns: dict[str, str]) -> pd.DataFrame:
+    """`df` cast to the documented dtypes column by column, every number finite and every size ≥ 0: a column
+    of another type, an infinite or a negative size is one line naming the file, the column and the value."""
+    df = df.copy()
+    for col, dtype in columns.items():
+        if col not in df.columns:
+            continue
+        try:
+            df[col] = df[col].astype(dtype)
+        except (ValueError, TypeError, OverflowError):
+            raise FieldError(path, f"column {col}", _first_bad(df[col], dtype), f"{dtype} values") from None
+        if dtype in ("float64", "Int64", "int64"):
+            vals = pd.to_numeric(df[col], errors="coerce").astype("float64")
+            bad = vals[vals.notna() & ~vals.abs().lt(float("inf"))]
+            if len(bad):
+                raise FieldError(path, f"column {col}", bad.iloc[0], "finite numbers (or NA: not known)")
+            if col in NON_NEGATIVE and (vals < 0).any():
+                raise FieldError(path, f"column {col}", vals[vals < 0].iloc[0], "numbers ≥ 0 (a size or a count)")
+    if "mfs" in df.columns and ((df["mfs"] <= 0) | (df["mfs"] >= 1)).fillna(False).any():
+        bad = df["mfs"][((df["mfs"] <= 0) | (df["mfs"] >= 1)).fillna(False)].iloc[0]
+        raise FieldError(path, "column mfs", bad, "a fraction strictly between 0 and 1 (or NA)")
+    return df
+
+
+def _first_bad(col: pd.Series, dtype: str) -> Any:
+    """The first value of a column that does not cast to `dtype` (for the message)."""
+    for v in col:
+        try:
+            pd.Series([v]).astype(dtype)
+        except (ValueError, TypeError, OverflowError):
+            return v
+    return col.iloc[0] if len(col) else None
+
+
 def read_parquet(path: Path) -> pd.DataFrame:
     """A results table, or one line naming the file and what is wrong with it (truncated, not parquet, …)."""
     try:
@@ -489,17 +532,42 @@ def read_parquet(path: Path) -> pd.DataFrame:
         ) from None
 
 
+#: manifest.json run fields memfrac reads, and the type each must have.
+_RUN_FIELDS: dict[str, tuple[tuple[type, ...], str]] = {
+    "status": ((str,), "a string (ok | failed | error | not_started | skipped …)"),
+    "ids": ((list,), "a list of measurement ids (strings)"),
+    "pair": ((bool,), "true (the run is a PD pair)"),
+    "at": ((int, float), "a time in seconds since the epoch"),
+    "out_dir": ((str,), "a directory path (a string)"),
+    "transfer": ((dict,), "an object (the pair's transfer backend)"),
+}
+
+
 def read_manifest(path: Path) -> dict[str, Any]:
-    """manifest.json, or one line naming the file and what is wrong with it."""
-    try:
-        man = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        where = f"line {e.lineno} column {e.colno}"
-        raise MemfracError(f"{path}: not JSON ({e.msg} at {where}); restore or remove it") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise MemfracError(f"{path}: unreadable ({e}); restore or remove it") from None
-    if not isinstance(man, dict):
-        raise MemfracError(f"{path}: expected a JSON object with 'runs', got {type(man).__name__}")
+    """manifest.json, checked field by field, or one line naming the file, the field and what is wrong with it."""
+    if not path.exists():
+        raise MemfracError(f"{path}: no such file")
+    man = json_object(path, "a memfrac manifest.json (a JSON object with 'runs'); restore or remove it")
+    v = man.get("schema_version", SCHEMA_VERSION)
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise FieldError(path, "schema_version", v, f"an integer ≥ 1 (this memfrac writes {SCHEMA_VERSION})")
+    runs = man.get("runs", {})
+    if not isinstance(runs, dict):
+        raise FieldError(path, "runs", runs, "an object: run key → what was recorded")
+    for key, run in runs.items():
+        if not isinstance(run, dict):
+            raise FieldError(path, f"runs.{key}", run, "an object (status, ids, …)")
+        for name, (types, allowed) in _RUN_FIELDS.items():
+            x = run.get(name)
+            if x is not None and ((isinstance(x, bool) and bool not in types) or not isinstance(x, types)):
+                raise FieldError(path, f"runs.{key}.{name}", x, allowed)
+        if "at" in run and run["at"] is not None:
+            finite(path, f"runs.{key}.at", run["at"], "a finite time in seconds")
+        if any(not isinstance(i, str) for i in run.get("ids") or []):
+            raise FieldError(path, f"runs.{key}.ids", run["ids"], "a list of measurement ids (strings)")
+    sweep = man.get("sweep")
+    if sweep is not None and not isinstance(sweep, dict):
+        raise FieldError(path, "sweep", sweep, "an object (the sweep's settings)")
     return man
 
 
@@ -518,9 +586,10 @@ def load_results(root: str | Path) -> pd.DataFrame:
     missing = [c for c in ("schema_version", "run_id", "term", "verdict") if c not in df.columns]
     if missing:
         raise MemfracError(f"{p}: not a memfrac results table (no {', '.join(missing)} column)")
-    if len(df) and int(df["schema_version"].max()) > SCHEMA_VERSION:
+    df = typed_table(p, df, RESULT_COLUMNS)
+    if len(df) and df["schema_version"].max() > SCHEMA_VERSION:
         raise MemfracError(f"{p}: schema {int(df['schema_version'].max())} is newer than this memfrac; upgrade")
-    return df.astype({k: v for k, v in RESULT_COLUMNS.items() if k in df.columns})
+    return df
 
 
 def _load_optional(root: str | Path, name: str, columns: dict[str, str]) -> pd.DataFrame:
@@ -532,7 +601,7 @@ def _load_optional(root: str | Path, name: str, columns: dict[str, str]) -> pd.D
     for col in columns:
         if col not in df.columns:
             df[col] = None
-    return df[list(columns)].astype(columns)
+    return typed_table(p, df[list(columns)], columns)
 
 
 def load_ladder(root: str | Path) -> pd.DataFrame:

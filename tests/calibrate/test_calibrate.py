@@ -197,6 +197,7 @@ def test_leave_one_model_out_and_residuals(tmp_path: Path) -> None:
     assert (t.loo.sets, t.loo.under, dict(t.loo.residuals)) == (3, ("b1",), {"a1": 400.0, "a2": 300.0, "b1": -300.0})
     text = render_text(calibrate([str(tmp_path / "res")]))
     assert "+0.0 … +400.0" in text  # the residual range in the summary table
+    assert "runs from 1 results dir(s), sized by sglang 0.5.23 rules;" in text  # one rule set: named alone
 
 
 def test_groups_need_the_minimum_count(tmp_path: Path) -> None:
@@ -482,3 +483,21 @@ def test_max_never_under_reserves_what_it_was_fitted_on(pairs: list[tuple[float,
     obs = [Obs(f"r{i}", "m", "null", x, y, 0.0) for i, (x, y) in enumerate(pairs)]
     for key in ("decode_graph", "constant", "deepep_a2a"):
         assert evaluate_term(key, obs, 1.0, 0.0).under_fitted == (), key
+
+
+def test_the_header_names_the_range_of_rule_sets(tmp_path: Path, ingested: Path) -> None:
+    """Issue 23: ingested logs spanning many releases read "sized by sglang 0.5.9 rules" (the most common one)."""
+    import re
+
+    import pandas as pd
+
+    from profiler.model.heuristic import RULE_SETS
+
+    c = calibrate([str(ingested)])
+    m = re.search(r"sized by sglang (\S+) … (\S+) rules \((\d+) rule sets\);", render_text(c).splitlines()[0])
+    assert m, render_text(c).splitlines()[0]
+    evidence = {o.run_id for t in c.terms for o in t.observations}
+    df = pd.read_parquet(ingested / "results.parquet")
+    names = {n for sets in df[df["run_id"].isin(evidence)]["rule_sets"] for n in sets}
+    order = [n for n in RULE_SETS if n in names]
+    assert (m[1], m[2], int(m[3])) == (order[0], order[-1], len(order)) and len(order) > 1

@@ -117,7 +117,7 @@ def test_evaluate_bad_inputs_are_one_line_exit_2(tmp_path: Path) -> None:
                  ["--evaluate", str(bad), str(tmp_path)]):  # fmt: skip
         r = subprocess.run([str(ROOT / ".venv/bin/memfrac"), "calibrate", *argv], capture_output=True, text=True)
         assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
-    assert "terms.decode_graph.params.slope: unknown name" in r.stderr
+    assert "terms.decode_graph.params.slope: bad value 3; allowed: a param decode_graph takes" in r.stderr
 
 
 def test_the_heuristic_constants_live_in_one_place() -> None:

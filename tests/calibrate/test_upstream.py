@@ -225,8 +225,10 @@ def test_explain_calibration_that_avoids_an_oom(tmp_path: Path, capsys: pytest.C
 def test_bad_calibration_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     scen = str(ROOT / "scenarios/llama8b-h200-decode.toml")
     bad = tmp_path / "bad.json"
-    for text, msg in (("{", "not JSON"), ('{"terms": {}}', "schema_version None"),
-                      ('{"schema_version": 1, "terms": {"x": {"params": {"a": "b"}}}}', "terms.x.params")):  # fmt: skip
+    for text, msg in (("{", "not JSON"), ('{"terms": {}}', "schema_version: bad value None"),
+                      ('{"schema_version": 1, "terms": {"x": {"params": {"a": "b"}}}}', "terms.x: bad value 'x'"),
+                      ('{"schema_version": 1, "terms": {"decode_graph": {"params": {"mib_per_bs": "b"}}}}',
+                       "terms.decode_graph.params.mib_per_bs: bad value 'b'; allowed: a number ≥ 0")):  # fmt: skip
         bad.write_text(text)
         assert main(["explain", scen, "--calibration", str(bad)]) == 2
         assert msg in capsys.readouterr().err

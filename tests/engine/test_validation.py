@@ -50,8 +50,13 @@ def test_sglang_says_what_it_accepts_and_refuses_in_its_own_words(cache):
     from profiler.engine.validation import validate
 
     scenarios = [single_scenario(m, "H200", name=n, **k) for n, m, k, _ in CASES]
-    v = validate(scenarios)
+    said: list[str] = []
+    v = validate(scenarios, progress=said.append)
     assert v.validated and v.release == "0.5.23" and v.cached == 0
+    # issue 23: the import (seconds to a minute) is announced before it starts, and its end said
+    assert said[0] == (f"validating {len(CASES)} scenario(s) with sglang 0.5.23 (installed, in this process): "
+                       "importing sglang takes ~20–40 s the first time…")  # fmt: skip
+    assert len(said) == 2 and said[1].startswith(f"sglang 0.5.23 resolved {len(CASES)} scenario(s) in ")
     for name, _, _, want in CASES:
         r = v.results[name]
         if isinstance(want, float):
@@ -59,8 +64,9 @@ def test_sglang_says_what_it_accepts_and_refuses_in_its_own_words(cache):
         else:
             assert r.mem_fraction_static is None and want in r.error and "\n" not in r.error, (name, r.error)
     # the second time nothing is resolved: every outcome comes from the cache, equal
-    again = validate(scenarios)
-    assert again.cached == len(scenarios) and again.refused == v.refused
+    said.clear()
+    again = validate(scenarios, progress=said.append)
+    assert again.cached == len(scenarios) and again.refused == v.refused and said == []  # nothing imported
     assert {n: again.fraction(n) for n in again.results} == {n: v.fraction(n) for n in v.results}
 
 
@@ -120,5 +126,6 @@ def test_explain_reports_sglangs_refusal_as_one_line_and_exit_2(tmp_path, cache,
     assert main(["explain", str(p)]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err
-    (line,) = err.strip().splitlines()
+    progress, (line,) = err.strip().splitlines()[:-1], err.strip().splitlines()[-1:]
+    assert all(ln.startswith("memfrac: ") and "error" not in ln for ln in progress), err  # the import, announced
     assert line.startswith(f"memfrac: error: {p}: scenario 'x': sglang 0.5.23 refuses it: ValueError: Warning:")

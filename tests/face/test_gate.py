@@ -163,3 +163,15 @@ def test_a_run_that_never_started_fails_the_gate(tmp_path) -> None:
     checks = gate(tmp_path / "R")
     bad = [c for c in checks if not c.passed]
     assert [(c.scenario, c.name) for c in bad] == [("busy", "run")] and "waited 600 s" in bad[0].message
+
+
+def test_skipped_checks_are_counted_by_kind():
+    """Issue 23: incomplete logs were counted as "host-memory runs"."""
+    from profiler.face.gate import Check, render, skipped_kinds
+
+    checks = [Check("cpu", "run", True, "host-memory run (CPU): reported, not gated", skipped=True),
+              Check("log1", "run", True, "incomplete: the log ends before the KV pool", skipped=True),
+              Check("log2", "run", True, "incomplete: the log ends while loading weights", skipped=True),
+              Check("gpu", "run", True, "ok: fits")]  # fmt: skip
+    assert skipped_kinds(checks) == {"host-memory runs": 1, "incomplete logs": 2}
+    assert render(checks).splitlines()[-1] == "(1 host-memory runs, 2 incomplete logs: reported, not gated)"

@@ -287,3 +287,21 @@ def test_unmeasured_only(tmp_path: Path) -> None:
     md = (res / "report.md").read_text()
     assert "Runs that measured nothing (1;" in md and "No runs in these results." in md
     assert md_table_after(md, "## Summary")[2] == ["only", "not_started", "no reason recorded"]
+
+
+def test_unlabelled_ranks_and_the_ledger_axis() -> None:
+    """Issue 23: an unlabelled rank read "(rank ): closes"; the ledger plot's axis ran past the largest bar."""
+    import pandas as pd
+
+    from profiler.face.report.document import rank_text
+    from profiler.face.report.plots import ledger_extent
+
+    assert (rank_text("TP0"), rank_text(""), rank_text(None)) == ("rank TP0", "unlabelled rank", "unlabelled rank")
+    # lines 100 + 300 + 50 = 450 MiB, free at start 460 (a residual of +10 hatched): the axis ends at 460 × 1.02
+    g = pd.DataFrame({"line": ["weights", "kv_pool", "headroom"], "mib": [100.0, 300.0, 50.0]})
+    assert ledger_extent([("a", "", g, 460.0, 10.0, False)]) == (0.0, pytest.approx(469.2))
+    # books over free at start (residual −40): the bars end at 450, the mark at 410
+    assert ledger_extent([("a", "", g, 410.0, -40.0, False)]) == (0.0, pytest.approx(459.0))
+    # a negative line (a window that gave memory back) pulls the left edge below 0
+    g2 = pd.DataFrame({"line": ["weights", "unattributed"], "mib": [100.0, -150.0]})
+    assert ledger_extent([("b", "TP0", g2, None, None, True)]) == (-50.0, pytest.approx(102.0))

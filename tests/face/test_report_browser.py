@@ -122,3 +122,30 @@ def test_screenshot_is_not_blank(page: Path, tmp_path: Path) -> None:
     assert len(np.unique(px.reshape(-1, 3), axis=0)) > 50
     dark = (px.sum(axis=2) < 150).mean()  # the header bar and the text
     assert dark > 0.02
+
+
+FIT = """<script>
+window.addEventListener("load", function () {
+  var t = document.getElementById("runs-table");
+  var head = Array.from(t.tHead.rows[0].cells);
+  var verdict = head.find(function (c) { return c.textContent.trim() === "verdict"; });
+  var out = {table: t.scrollWidth, box: t.parentElement.clientWidth, page: document.documentElement.scrollWidth,
+             window: window.innerWidth, verdictRight: verdict.getBoundingClientRect().right};
+  var pre = document.createElement("pre"); pre.id = "memfrac-fit"; pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+});
+</script>"""
+
+
+def test_runs_worst_first_fits_a_1400_pixel_screen(page: Path, tmp_path: Path) -> None:
+    """Issue 23: the table was wider than a 1,400-pixel window: its verdict column sat behind a scrollbar."""
+    probed = tmp_path / "fit.html"
+    probed.write_text((page / "report.html").read_text().replace("</body>", FIT + "</body>"))
+    dom = chromium(tmp_path, "--window-size=1400,900", "--virtual-time-budget=10000", "--dump-dom",
+                   probed.as_uri()).stdout  # fmt: skip
+    m = re.search(r'<pre id="memfrac-fit">(.*?)</pre>', dom, re.S)
+    assert m, "the probe script did not run: " + dom[-500:]
+    seen = json.loads(html.unescape(m.group(1)))
+    assert seen["window"] == 1400, seen
+    assert seen["table"] <= seen["box"] and seen["page"] <= seen["window"], seen  # no horizontal scrollbar
+    assert seen["verdictRight"] <= seen["window"], seen

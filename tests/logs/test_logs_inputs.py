@@ -6,16 +6,19 @@ from __future__ import annotations
 import builtins
 import codecs
 import gzip
+import hashlib
+import os
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
 
-from profiler.core.errors import MemfracError
+from profiler.core.errors import MemfracError, MemfracWarning
 from profiler.ingest.core import log_files, run_ingest
 from profiler.ingest.pool import read_logs
 from profiler.logs import parse_log, read_log
-from profiler.logs.inputs import content_kind, is_log_name, sniff
+from profiler.logs.inputs import content_kind, is_log_name, open_chunks, sniff
 from tests.conftest import LOG_FIXTURES
 from tests.logs.test_logs_prefixes import records
 from tests.logstyles import COMPRESS
@@ -40,8 +43,41 @@ def test_concatenated_gzip_members_and_a_cut_off_stream(tmp_path: Path) -> None:
     assert records(parse_log(f)) == records(parse_log(LOG))
     cut = tmp_path / "cut.log.xz"
     cut.write_bytes(COMPRESS["xz"](data)[:-40])  # copied while being written: the text there is kept
-    (m,) = parse_log(cut)
+    with pytest.warns(MemfracWarning, match=r"cut\.log\.xz: xz data is truncated"):
+        (m,) = parse_log(cut)
     assert m.ranks[0].phase("weights") is not None
+
+
+@pytest.mark.parametrize("codec", ["gzip", "xz", "bz2", "zstd"])
+def test_a_truncated_compressed_log_says_so_and_keeps_what_was_read(codec: str, tmp_path: Path) -> None:
+    """Issue 23: a cut .gz/.xz was read silently as a run that stopped early, a cut .zst called "empty"."""
+    # hex digests: text that compresses only ~2x, so every codec's cut falls after whole blocks of it
+    text = b"".join(b"line %06d %s\n" % (i, hashlib.sha256(b"%d" % i).hexdigest().encode()) for i in range(30000))
+    packed = COMPRESS[codec](text)
+    f = tmp_path / "cut.log"
+    f.write_bytes(packed[: len(packed) * 3 // 4])
+    with pytest.warns(MemfracWarning, match=rf"cut\.log: {codec} data is truncated \(cut off after [\d,]+ bytes"):
+        got = b"".join(open_chunks(f))
+    assert 0 < len(got) < len(text) and text.startswith(got)  # the text before the cut, unchanged
+    whole = tmp_path / "whole.log"
+    whole.write_bytes(packed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", MemfracWarning)  # a whole file warns of nothing
+        assert b"".join(open_chunks(whole)) == text
+    assert content_kind(f) == f"{codec}-compressed text"
+
+
+def test_ingest_of_a_device_or_fifo_names_what_it_is(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from profiler.face.cli import main
+
+    fifo = tmp_path / "pipe.log"
+    os.mkfifo(fifo)
+    for path, kind in (("/dev/null", "a character device"), (str(fifo), "a FIFO")):
+        assert main(["ingest", path]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and f"not {kind}" in err and "no such file" not in err, err
+    assert main(["ingest", str(tmp_path / "missing.log")]) == 2
+    assert "no such file or directory" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("bom", [True, False])

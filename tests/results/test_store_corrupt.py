@@ -39,7 +39,8 @@ def test_manifest_that_is_not_json(results: Path, capsys: pytest.CaptureFixture[
 
 def test_manifest_that_is_not_an_object(results: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (results / "manifest.json").write_text("[1, 2]")
-    assert "expected a JSON object" in _one_line_error(capsys, "gate", str(results))
+    assert "manifest.json: (top level): bad value [1, 2]; allowed: a memfrac manifest.json (a JSON object" in \
+        _one_line_error(capsys, "gate", str(results))
 
 
 def test_a_parquet_that_is_not_results(results: Path, capsys: pytest.CaptureFixture[str]) -> None:

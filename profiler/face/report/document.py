@@ -209,3 +209,9 @@ def ledger_order(line: str) -> int:
     if line in _LEDGER_LAST:
         return 100 + _LEDGER_LAST.index(line)
     return 2 + (TERM_NAMES.index(line) if line in TERM_NAMES else len(TERM_NAMES))
+
+
+def rank_text(rank: object) -> str:
+    """A rank as the report names it: "rank TP0", or "unlabelled rank" where the log printed no prefix."""
+    label = "" if rank is None or (isinstance(rank, float) and rank != rank) else str(rank).strip()
+    return f"rank {label}" if label else "unlabelled rank"

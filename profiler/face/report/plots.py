@@ -15,7 +15,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from profiler.analyse.verdict import TIGHT_MIB
-from profiler.face.report.document import count, ledger_order, short
+from profiler.face.report.document import count, ledger_order, rank_text, short
 from profiler.model.deepep import HEURISTIC_RESERVE_BYTES, MIB
 from profiler.results.frames import as_float
 
@@ -76,6 +76,23 @@ _LEDGER_COLOR = {"weights": "#4c72b0", "kv_pool": "#55a868", "unattributed": "#c
 _TERM_PALETTE = ("#dd8452", "#8172b3", "#937860", "#da8bc3", "#8c8c8c", "#ccb974", "#64b5cd", "#e17c05", "#6f4e7c")
 
 
+def ledger_extent(runs: list[tuple[str, str, pd.DataFrame, float | None, float | None, bool]]) -> tuple[float, float]:
+    """The x range the ledger bars need: from the leftmost to the rightmost edge of any bar (lines, the hatched
+    residual, the free-at-start mark), 2 % padding on the right — never an autoscaled axis past the data."""
+    lo = hi = 0.0
+    for _, _, g, free, resid, _ in runs:
+        left = 0.0
+        for w in g["mib"].astype(float):
+            if np.isfinite(w):
+                left += w
+                lo, hi = min(lo, left), max(hi, left)
+        if resid is not None and np.isfinite(resid):
+            lo, hi = min(lo, left + resid), max(hi, left + resid)
+        if free is not None and np.isfinite(free):
+            hi = max(hi, free)
+    return lo, (hi * 1.02 if hi > 0 else 1.0)
+
+
 def plot_ledger(runs: list[tuple[str, str, pd.DataFrame, float | None, float | None, bool]], path: Path) -> Path:
     """One horizontal stacked bar per run: its ledger lines left to right, the residual hatched, free at start |."""
     runs = runs[:MAX_BARS][::-1]
@@ -87,14 +104,17 @@ def plot_ledger(runs: list[tuple[str, str, pd.DataFrame, float | None, float | N
         left = 0.0
         for _, r in g.iterrows():
             line, w = str(r["line"]), float(r["mib"])
+            if not np.isfinite(w):
+                continue
             c = colors.setdefault(line, _LEDGER_COLOR.get(line) or _TERM_PALETTE[len(colors) % len(_TERM_PALETTE)])
             ax.barh(y, w, left=left, height=0.6, color=c, edgecolor="white", linewidth=0.5)
             left += w
-        if resid:
+        if resid is not None and np.isfinite(resid) and resid:
             ax.barh(y, resid, left=left, height=0.6, color="none", edgecolor="k", hatch="///", linewidth=0.8)
         if free:
             ax.plot([free, free], [y - 0.4, y + 0.4], color="k", lw=1.5)
-    ax.set_yticks(range(n), [f"{short(r, 40)} (rank {k})" for r, k, *_ in runs], fontsize=8)
+    ax.set_xlim(*ledger_extent(runs))
+    ax.set_yticks(range(n), [f"{short(r, 40)} ({rank_text(k)})" for r, k, *_ in runs], fontsize=8)
     handles: list[Any] = [
         Patch(color=c, label=line) for line, c in sorted(colors.items(), key=lambda x: ledger_order(x[0]))
     ]

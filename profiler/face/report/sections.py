@@ -25,6 +25,7 @@ from profiler.face.report.document import (
     ledger_order,
     mib,
     parallelism,
+    rank_text,
     short,
 )
 from profiler.face.report.plots import (
@@ -111,12 +112,13 @@ def run_table(t: pd.DataFrame) -> pd.DataFrame:
             mfs += f" ({as_text(r.get('mfs_origin'), 'unknown')})"
         rows.append({
             "run": run if not scen or scen == run else f"{scen} ({run})",
+            "verdict": as_text(r.get("verdict"), "unknown"),  # second: never behind a scrollbar
             "model": short_model(r), "GPU": gpu_label(r), "mode": as_text(r.get("mode"), _DASH),
             "parallelism": parallelism(r), "rules": as_text(r.get("rules"), _DASH), "mfs (origin)": mfs,
             "slack MiB": mib(r.get("slack_total_mib")),
             "used after KV MiB": mib(r.get("used_after_kv_mib")), "headroom MiB": mib(r.get("headroom_mib")),
             "wasted KV tokens": count(r.get("wasted_kv_tokens")), "recommended mfs": frac(r.get("recommended_mfs")),
-            "verdict": as_text(r.get("verdict"), "unknown"), "reason": as_text(r.get("reason")),
+            "reason": as_text(r.get("reason")),
         })  # fmt: skip
     return pd.DataFrame(rows)
 
@@ -351,7 +353,7 @@ def ledger_section(ledger: pd.DataFrame, out: Path) -> Section:
         after = as_text(g["after_worst"].iloc[0])
         if after:
             books += f" Charged after the worst point (not held there): {after} MiB."
-        label = f"{run} (rank {rank}): {'closes' if closes else f'residual {mib(resid)} MiB'}"
+        label = f"{run} ({rank_text(rank)}): {'closes' if closes else f'residual {mib(resid)} MiB'}"
         s.blocks.append(Details(label, (Para(books), Table(table)), open=not closes))
     s.blocks.append(Image(plot_ledger(runs, out / "report_ledger.png").name, "ledger per run: stacked MiB"))
     return s
@@ -422,7 +424,7 @@ def runs_section(t: pd.DataFrame) -> Section:
             "that would leave exactly that (both only for judged runs: ok, tight, wasteful). "
             f"{_DASH} = the source does not say."
         ),
-        Table(run_table(t)),
+        Table(run_table(t), "runs-table"),
     ]
     return s
 

@@ -12,7 +12,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from profiler.core.errors import FieldError
 from profiler.core.measurement import LadderPoint, Phase, Rank, Snapshot
+from profiler.core.validate import gpu_mib, in_range
 
 
 @dataclass
@@ -52,6 +54,70 @@ def _snap(d: dict[str, Any] | None, kind: str) -> Snapshot | None:
     return Snapshot(**kw)
 
 
+_SNAP_NUMBERS = tuple(sorted(_SNAP_FIELDS - {"kind", "device"}))
+_SNAP_KEYS = ("snap", "before", "after", "peak", "base", "last")
+_TYPES = ("start", "begin", "end", "ladder", "runtime", "hooks", "error")
+
+
+def check_record(rec: Any, path: Path, lineno: int) -> None:
+    """One well-formed JSON line of a probe file, checked before anything reads it: the fields the reader uses
+    have their types, every memory reading is a finite number ≥ 0 (t: finite). A record of another shape is one
+    line naming the file, the line, the field and the bad value (a half-written last line is no record: skipped)."""
+    where = f"line {lineno}"
+    if not isinstance(rec, dict):
+        raise FieldError(path, where, rec, "a JSON object (a probe record)")
+    t = rec.get("type")
+    if t is not None and not isinstance(t, str):  # a type this reader does not know is skipped, as before
+        raise FieldError(path, f"{where}: type", t, "a record type: " + " | ".join(_TYPES))
+    if rec.get("kind") is not None and rec["kind"] not in ("gpu", "host"):
+        raise FieldError(path, f"{where}: kind", rec["kind"], "gpu | host")
+    if rec.get("pid") is not None:
+        in_range(path, f"{where}: pid", rec["pid"], 0)
+    ranks = rec.get("ranks")
+    if ranks is not None and (not isinstance(ranks, dict) or any(
+            isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in ranks.values())):  # fmt: skip
+        raise FieldError(path, f"{where}: ranks", ranks, 'an object of ranks ≥ 0, e.g. {"tp": 0}')
+    if t in ("begin", "end"):
+        if isinstance(rec.get("seq"), bool) or not isinstance(rec.get("seq"), int) or rec["seq"] < 0:
+            raise FieldError(path, f"{where}: seq", rec.get("seq"), "an integer ≥ 0 (the window's number)")
+        if not isinstance(rec.get("phase"), str) or not rec["phase"]:
+            raise FieldError(path, f"{where}: phase", rec.get("phase"), "a phase name (a non-empty string)")
+    if t == "ladder":
+        if isinstance(rec.get("bs"), bool) or not isinstance(rec.get("bs"), int) or rec["bs"] < 1:
+            raise FieldError(path, f"{where}: bs", rec.get("bs"), "an integer ≥ 1 (the captured batch size)")
+        if rec.get("seq") is not None and (isinstance(rec["seq"], bool) or not isinstance(rec["seq"], int)):
+            raise FieldError(path, f"{where}: seq", rec["seq"], "an integer ≥ 0 (the capture window's number)")
+    for key in ("t", "elapsed_s", "parent_seq"):
+        if rec.get(key) is not None:
+            in_range(path, f"{where}: {key}", rec[key], 0 if key != "t" else None)
+    for key in ("role", "parent", "phase"):
+        if rec.get(key) is not None and not isinstance(rec[key], str):
+            raise FieldError(path, f"{where}: {key}", rec[key], "a string")
+    for key in ("details", "applied"):
+        if rec.get(key) is not None and not isinstance(rec[key], dict):
+            raise FieldError(path, f"{where}: {key}", rec[key], "a JSON object")
+    if rec.get("required") is not None and not isinstance(rec["required"], list):
+        raise FieldError(path, f"{where}: required", rec["required"], "a list of hook targets")
+    for key in _SNAP_KEYS:
+        snap = rec.get(key)
+        if snap is None:
+            continue
+        if not isinstance(snap, dict):
+            raise FieldError(path, f"{where}: {key}", snap, "a memory reading (a JSON object)")
+        for name in _SNAP_NUMBERS:
+            if snap.get(name) is not None:
+                lo = None if name == "t" else 0
+                in_range(path, f"{where}: {key}.{name}", snap[name], lo, None, "" if name == "t" else "MiB")
+        if snap.get("device") is not None and (isinstance(snap["device"], bool) or not isinstance(snap["device"], int)):
+            raise FieldError(path, f"{where}: {key}.device", snap["device"], "a CUDA device index (an integer)")
+    det = rec.get("details") or {}
+    if det.get("sizes") is not None and (not isinstance(det["sizes"], dict) or any(
+            isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in det["sizes"].values())):  # fmt: skip
+        raise FieldError(path, f"{where}: details.sizes", det["sizes"], 'an object of sizes ≥ 1, e.g. {"tp": 2}')
+    if det.get("device_total_mib") is not None:
+        gpu_mib(path, f"{where}: details.device_total_mib", det["device_total_mib"])
+
+
 def rank_label(ranks: dict[str, int], sizes: dict[str, int]) -> str:
     """sglang's log prefix style: "TP0", "DP1 TP1 EP1", "PP1 TP0"; parts only where the size is > 1."""
     parts = []
@@ -84,12 +150,13 @@ def read_file(path: Path, run: ProbeRun) -> Rank | None:
     ranks: dict[str, int] = {}
     pid = None
     with open(path, errors="replace") as f:
-        for line in f:
+        for lineno, line in enumerate(f, 1):
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError:
                 run.bad_lines += 1  # a half-written last line after a crash
                 continue
+            check_record(rec, path, lineno)
             pid = rec.get("pid", pid)
             ranks = rec.get("ranks") or ranks
             t = rec.get("type")
