@@ -235,7 +235,7 @@ def test_gate_output_paths(results: Path, capsys: pytest.CaptureFixture[str]) ->
     b = results / "b.json"
     b.write_text(json.dumps({"version": 1, "scenarios": {"x": {"total": -1280}}}))
     assert outcome(capsys, ["gate", str(results), "--baseline", str(b)])[1] == (
-        f"memfrac: error: {b}: scenarios.x.total: bad value -1280; allowed: a number ≥ 0 MiB")
+        f"memfrac: error: {b}: scenarios.x.total: bad value -1280; allowed: a number ≥ -20.48 MiB")
     for bad in ("nan", "-5%", "inf"):
         assert "--max-regression: bad value" in outcome(capsys, ["gate", str(results), f"--max-regression={bad}"])[1]
 
