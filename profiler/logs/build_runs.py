@@ -4,7 +4,6 @@ The split rules are in build.py's docstring; a new reason to split a run goes in
 
 from __future__ import annotations
 
-import bisect
 import calendar
 import time
 
@@ -17,6 +16,7 @@ from profiler.logs.build_base import (
 from profiler.logs.build_phases import _draft_capture, _draft_init
 from profiler.logs.launchcmd import parse_launch_command
 from profiler.logs.patterns import GRAPH_PHASES, Event
+from profiler.logs.placement import run_holding
 from profiler.logs.run import VersionCue, _RankState, _Run
 from profiler.logs.serverargs import parse_server_args
 
@@ -179,19 +179,8 @@ class RunsAndRanks(BuilderState):
     def _assign_cues(self, runs: list[_Run]) -> None:
         """Release cues go to the run whose lines they sit among, else to the run they precede (a header
         before the start), else to the last run before them (an issue's environment block after its log)."""
-        seen = [r for r in runs if r.first_line is not None]
-        starts = [r.first_line or 0 for r in seen]  # runs are in file order
         for lineno, cue in self._cues:
-            i = bisect.bisect_right(starts, lineno) - 1  # the last run starting at or before the cue
-            target = None
-            if i >= 0 and lineno <= (seen[i].last_line or seen[i].first_line or 0):
-                target = seen[i]
-            elif i + 1 < len(seen):
-                target = seen[i + 1]
-            elif i >= 0:
-                target = seen[i]
-            elif runs:
-                target = runs[0]
+            target = run_holding(runs, lineno)
             if target is not None:
                 target.cues.append((lineno, cue))
         stated: list[tuple[int, VersionCue]] = []

@@ -11,11 +11,11 @@ end. Which clue wins, and how the capacity is labelled, is `identity._gpu`'s cal
 
 from __future__ import annotations
 
-import bisect
 import re
 from collections.abc import Sequence
 from typing import Any, NamedTuple, Protocol
 
+from profiler.logs.placement import run_holding
 from profiler.model.gpus import Gpu, gpu_from_instance, gpu_from_smi_name
 
 # sglang.check_env: f"GPU {','.join(ids)}: {torch.cuda.get_device_name(i)}" (not "GPU 0,1 Compute Capability: 9.0",
@@ -133,19 +133,9 @@ class GpuClues:
         """A clue goes to the run whose lines it sits among, else the run it precedes (an environment block or
         a command before the start), else the last run before it (an issue's environment after its log). A run
         given none takes the file's clues (one machine wrote them all, as far as the file shows), said so."""
-        seen = [r for r in runs if r.first_line is not None]
-        starts = [r.first_line or 0 for r in seen]
         for c in self.clues:
-            i = bisect.bisect_right(starts, c.line) - 1
-            if i >= 0 and c.line <= (seen[i].last_line or seen[i].first_line or 0):
-                target = seen[i]
-            elif i + 1 < len(seen):
-                target = seen[i + 1]
-            elif i >= 0:
-                target = seen[i]
-            elif runs:
-                target = runs[0]
-            else:
+            target = run_holding(runs, c.line)
+            if target is None:
                 continue
             target.gpu_clues.append(c)
         for run in runs:
