@@ -114,6 +114,7 @@ class Comparison:
     load: tuple[str, ...] = ()  # per worst case: what the load reached of it (profiler.analyse.load)
     load_reached: bool | None = None  # every worst case of the role reached (None: no batch record)
     recommended_basis: str = ""  # how recommended_mfs was reached (replay, partial load, or why it is withheld)
+    free_at_start_how: str = ""  # where free_at_start_mib comes from (`run_free_at_start`: its own, or another rank's)
 
     def term(self, name: str) -> TermComparison:
         for t in self.terms:
@@ -165,6 +166,31 @@ def judge_ranks(m: Measurement) -> JudgedRank:
     p = m.primary
     i = next((j for j, rk in enumerate(m.ranks) if rk is p), None)
     return JudgedRank(p, None if i is None else atts[i], i, atts)
+
+
+def run_free_at_start(m: Measurement, j: JudgedRank) -> tuple[float | None, str]:
+    """The run's free memory at start and where it comes from: the judged rank's own reading (`free_at_start`);
+    where that rank printed none (a log interleaves ranks and often shows one rank's 'Load weight begin' only),
+    another rank's of the same run — same GPU type, same launch — the smallest of them, as sglang sizes every rank
+    from the smallest (pre_model_load_memory, the minimum over ranks: bootstrap.py:207-212). That is an estimate for
+    the judged rank and labelled so: "estimated from rank TP1: the judged rank TP0 printed none (…)"."""
+    r = j.rank
+    if r is None:
+        return None, "unknown: no rank"
+    own = r.free_at_start()
+    if own.mib is not None:
+        return own.mib, f"{own.how}: {own.what}"
+    if m.memory_kind != "gpu":
+        return None, f"unknown: {own.what}"
+    labels = [rk.label for rk in m.ranks]
+    others = [(f.mib, i, f) for i, rk in enumerate(m.ranks)
+              if i != j.index and (f := rk.free_at_start()).mib is not None]  # fmt: skip
+    if not others:
+        return None, "unknown: no rank printed a reading before the weights"
+    mib, i, f = min(others, key=lambda o: (o[0] or 0.0, o[1]))
+    of = f"the smallest of {len(others)} ranks' readings, " if len(others) > 1 else ""
+    return mib, (f"estimated from rank {_label(m.ranks[i], labels)}: the judged rank {_label(r, labels)} printed none "
+                 f"({of}{f.how}: {f.what})")  # fmt: skip
 
 
 def _attribution(m: Measurement, r: Rank | None) -> Attribution | None:
@@ -524,7 +550,7 @@ def compare(
                    f"{recon:.3f} (a flag the model does not interpret); judged with sglang's {resolved_mfs:.3f}")
     if judging is not None:
         mfs, mfs_source = judging.mfs, "the log"  # the log's own fraction (printed, implied or computed)
-    start = free_at_start(r)
+    start, start_how = run_free_at_start(m, j)
     slack = None if start is None or mfs is None else start * (1 - mfs)
     after_kv = None if att is None else att.after_kv_free_mib
     unread = [] if att is None else att.unread_after  # windows after the last reading printed no memory
@@ -563,6 +589,8 @@ def compare(
         basis += f"; {note}"
     if unreached and s.recommended_mfs is not None:
         basis += f"; rests on a partial load: {unreached} — the activation reserve stands in for the rest"
+    if start_how.startswith("estimated") and s.recommended_mfs is not None:
+        basis += f"; free at start {start_how}"
     pools = _request_pools(r)
     if unread and verdict == "unknown" and att is not None and att.worst_free_mib is not None:
         reason = (f"headroom unknown: {', '.join(unread)} ran after the last free-memory reading "
@@ -588,6 +616,7 @@ def compare(
         heuristic_fraction=res.heuristic_fraction if res is not None and "gpu_mem_unknown" not in res.flags else None,
         gpu_total_mib=m.identity.gpu_total_mib,
         free_at_start_mib=start,
+        free_at_start_how=start_how,
         slack_mib=slack,
         reserved_terms_mib=res.reserved_mib if res is not None else None,
         weights_mib=weights.used_mib if weights else None,

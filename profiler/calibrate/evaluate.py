@@ -38,7 +38,7 @@ def evaluate(cal_path: str, results: Sequence[str]) -> tuple[Evaluation, dict[st
         listed = "; ".join(f"{e['run_id']}: {e['gpu_total_how']}" for e in cap["estimated"])
         notes.append(f"{len(cap['estimated'])} of {len(ev.judged)} judged run(s) rest on an estimated GPU capacity "
                      f"(bounded by the free memory the log shows; neither printed nor named): {listed}")  # fmt: skip
-    return Evaluation(ev.by, ev.runs, ev.modes, tuple(notes)), doc
+    return Evaluation(ev.by, ev.runs, ev.modes, (*notes, *ev.notes)), doc
 
 
 def gpu_capacity(df: pd.DataFrame, judged: set[str]) -> dict[str, Any]:

@@ -6,7 +6,9 @@ For one run of a results directory (a probe run or an ingested log), with a set 
   terms, floor) + post-floor terms), and the fraction each gives, round((gpu − reserve) ÷ gpu, 3) (× sglang's
   VLM factor where the run had one);
 - the room each fraction leaves for everything after the KV pool: free at start × (1 − fraction) (sglang sizes
-  the pool from free memory at start, not capacity);
+  the pool from free memory at start, not capacity). Where the judged rank printed no start reading the run's
+  free at start is another rank's (`compare.run_free_at_start`, column free_at_start_how): an estimate, said per
+  run and named in the evaluation's notes;
 - the run's measured non-KV need, read from its ledger: used after the KV pool (free after the pool − the
   lowest free after it; `used_after_kv_mib`). Where no serving load was seen it is the startup need only (a
   lower bound: said so per run). A run that ran out of memory today has no measured need, only a lower
@@ -118,6 +120,7 @@ class RunJudgement:
     today_fraction: float | None = None
     calibrated_fraction: float | None = None
     free_at_start_mib: float | None = None
+    free_at_start_how: str = ""  # where it comes from (results' free_at_start_how; "" in results made before it)
     need_mib: float | None = None  # measured non-KV need (None: ran out of memory today, need unknown)
     need_how: str = ""
     room_today_mib: float | None = None
@@ -194,6 +197,11 @@ class Evaluation:
         return finite({"summary": summary, "runs": runs})
 
 
+def other_rank_start(how: str) -> bool:
+    """Whether a run's free at start is another rank's reading (`compare.run_free_at_start` labels it so)."""
+    return how.startswith("estimated from rank")
+
+
 def _fraction(gpu: float, reserve: float) -> float:
     return round((gpu - reserve) / gpu, 3)
 
@@ -223,7 +231,8 @@ def judge_run(total: pd.Series, terms: pd.DataFrame | None, fits: dict[str, Fit]
     r_today, r_cal, each = run_sum(terms, fits, floor_on)
     f_today, f_cal = _fraction(gpu, r_today), _fraction(gpu, r_cal)
     vlm = terms[(terms["term"] == "vlm_scaling") & (terms["reserved_mib"].fillna(0) > 0)]
-    notes = []
+    start_how = as_text(total.get("free_at_start_how"))
+    notes = [f"free at start {start_how}"] if other_rank_start(start_how) else []
     if len(vlm) and f_today > 0:
         factor = (f_today - float(vlm["reserved_mib"].iloc[0]) / gpu) / f_today
         f_today, f_cal = f_today * factor, f_cal * factor
@@ -267,8 +276,8 @@ def judge_run(total: pd.Series, terms: pd.DataFrame | None, fits: dict[str, Fit]
     floor_new = fits["floor_topup"].constant if "floor_topup" in fits else FLOOR_MIB
     return RunJudgement(
         **base, judged=True, why="; ".join(notes), today_mib=r_today, calibrated_mib=r_cal, today_fraction=f_today,
-        calibrated_fraction=f_cal, free_at_start_mib=start, need_mib=need, need_how=how, room_today_mib=room_t,
-        room_calibrated_mib=room_c, oom_today=oom_t, oom_calibrated=oom_c,
+        calibrated_fraction=f_cal, free_at_start_mib=start, free_at_start_how=start_how, need_mib=need, need_how=how,
+        room_today_mib=room_t, room_calibrated_mib=room_c, oom_today=oom_t, oom_calibrated=oom_c,
         new_oom=bool(oom_c) and oom_t is False, oom_avoided=oom_t is True and oom_c is False, kv_gained_mib=kv,
         kv_gained_tokens=round(kv * 2**20 / bpt) if bpt else None, given_fraction=given,
         decides_today=decider({t.term: t.today_mib for t in rows}, floor_on),
@@ -280,6 +289,13 @@ _ORDER = {"prefill": 0, "decode": 1, "null": 2}
 
 
 def summarise(by: str, runs: Sequence[RunJudgement], notes: Iterable[str] = ()) -> Evaluation:
+    """Per node type; the notes name the judged runs whose free at start is another rank's reading."""
+    notes = list(notes)
+    other = [r for r in runs if r.judged and other_rank_start(r.free_at_start_how)]
+    if other:
+        listed = "; ".join(f"{r.run_id}: {r.free_at_start_how}" for r in other)
+        notes.append(f"{len(other)} judged run(s) rest on another rank's start reading (their judged rank printed "
+                     f"no free memory before the weights): {listed}")  # fmt: skip
     modes: dict[str, list[RunJudgement]] = {}
     for r in runs:
         modes.setdefault(r.mode, []).append(r)

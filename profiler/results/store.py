@@ -80,6 +80,8 @@ RESULT_COLUMNS: dict[str, str] = {
     "reason": "string",
     "failure_kind": "string",
     "free_at_start_mib": "float64",
+    # where free_at_start_mib comes from: the judged rank's reading, or "estimated from rank TP1: the judged rank …"
+    "free_at_start_how": "string",
     "slack_total_mib": "float64",
     "reserved_terms_mib": "float64",
     "used_after_kv_mib": "float64",
@@ -233,6 +235,7 @@ def result_rows(m: Measurement, c: Comparison, ctx: RunContext = RunContext()) -
         "reason": c.reason,
         "failure_kind": c.failure_kind,
         "free_at_start_mib": c.free_at_start_mib,
+        "free_at_start_how": c.free_at_start_how,
         "slack_total_mib": c.slack_mib,
         "reserved_terms_mib": c.reserved_terms_mib,
         "used_after_kv_mib": c.used_after_kv_mib,

@@ -182,3 +182,59 @@ def test_runs_with_an_estimated_gpu_capacity_are_judged_and_named(tmp_path: Path
     assert e["gpu_total_mib"] == 81559.0
     assert e["gpu_total_how"].startswith("avail mem after weights + their mem usage 79.26 GiB ≤ capacity: estimated "
                                          "81559 MiB")  # fmt: skip
+
+
+#: Two tensor-parallel ranks of one run (0.5.10…0.5.12 log formats): only TP1 printed 'Load weight begin'; TP0, the
+#: rank closer to OOM (3.69 GB free after capture against TP1's 3.79), printed its weights' end without a usage.
+TWO_RANKS = """\
+[2026-04-14 16:08:44 TP1] Load weight begin. avail mem=22.93 GB
+[2026-04-14 16:08:49 TP1] Load weight end. elapsed=5.46 s, type=Qwen3ForCausalLM, avail mem=14.08 GB, mem usage=8.85 GB.
+[2026-04-14 16:08:49 TP0] Load weight end. elapsed=5.54 s, type=Qwen3ForCausalLM, avail mem=14.08 GB.
+[2026-04-14 16:08:49 TP0] KV Cache is allocated. #tokens: 327310, K size: 2.50 GB, V size: 2.50 GB
+[2026-04-14 16:08:49 TP0] Memory pool end. avail mem=4.49 GB
+[2026-04-14 16:08:49 TP1] KV Cache is allocated. #tokens: 327310, K size: 2.50 GB, V size: 2.50 GB
+[2026-04-14 16:08:49 TP1] Memory pool end. avail mem=4.49 GB
+[2026-04-14 16:08:50 TP0] Capture cuda graph begin. This can take up to several minutes. avail mem=4.04 GB
+[2026-04-14 16:08:50 TP1] Capture cuda graph begin. This can take up to several minutes. avail mem=4.04 GB
+[2026-04-14 16:08:55 TP1] Capture cuda graph end. Time elapsed: 4.78 s. mem usage=0.26 GB. avail mem=3.79 GB.
+[2026-04-14 16:08:55 TP0] Capture cuda graph end. Time elapsed: 4.86 s. mem usage=0.35 GB. avail mem=3.69 GB.
+[2026-04-14 16:09:08 TP0] max_total_num_tokens=327310, chunked_prefill_size=2048, max_prefill_tokens=16384, \
+max_running_requests=62, context_len=262144, available_gpu_mem=3.69 GB
+"""
+
+
+def test_a_run_judged_on_another_ranks_start_reading_by_hand(tmp_path: Path) -> None:
+    """Issue 24: the judged rank (TP0) printed no free memory before the weights, TP1 did: the run's free at start is
+    TP1's 22.93 GiB = 23,480.32 MiB, labelled as another rank's, and the run is judged (it was refused: "free memory
+    at start unknown"). By hand, with today's terms (no fit): 3072 + 48 + 336 + 512 + 256 = 4224 MiB on a 24,564 MiB
+    GPU (≤ 60 GiB: no floor) → round(20,340 / 24,564, 3) = 0.828; room 23,480.32 × 0.172 = 4,038.62 MiB; need
+    (TP0's own books) 4.49 − 3.69 GiB = 819.2 MiB: no OOM. A rank that printed its own reading keeps it, unlabelled."""
+    from profiler.calibrate.judge import judge
+    from profiler.ingest.core import run_ingest
+
+    quiet = {"echo": lambda s: None, "warn": lambda s: None}
+
+    def total(log: str, name: str) -> pd.DataFrame:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "two-ranks.log").write_text(log)
+        run_ingest([str(tmp_path / name)], out=str(tmp_path / f"{name}-res"), **quiet)
+        return pd.read_parquet(tmp_path / f"{name}-res" / "results.parquet")
+
+    how = "estimated from rank TP1: the judged rank TP0 printed none (read: avail mem at 'Load weight begin')"
+    df = total(TWO_RANKS, "one")
+    t = df[df["term"] == "total"].iloc[0]
+    assert (t["free_at_start_mib"], t["free_at_start_how"]) == (pytest.approx(23480.32), how)
+    ev = judge(df, {})
+    (r,) = ev.runs
+    assert r.judged and (r.today_mib, r.today_fraction, r.need_mib) == (4224.0, 0.828, pytest.approx(819.2))
+    assert r.room_today_mib == pytest.approx(4038.61504) and r.oom_today is False
+    assert r.free_at_start_how == how and f"free at start {how}" in r.why
+    assert ev.notes == (f"1 judged run(s) rest on another rank's start reading (their judged rank printed no free "
+                        f"memory before the weights): two-ranks.log#0: {how}",)  # fmt: skip
+
+    own = total("[2026-04-14 16:08:44 TP0] Load weight begin. avail mem=22.50 GB\n" + TWO_RANKS, "own")
+    t = own[own["term"] == "total"].iloc[0]
+    assert (t["free_at_start_mib"], t["free_at_start_how"]) == (23040.0, "read: avail mem at 'Load weight begin'")
+    ev = judge(own, {})
+    assert ev.runs[0].judged and ev.runs[0].free_at_start_mib == 23040.0 and ev.notes == ()
+    assert "free at start" not in ev.runs[0].why
