@@ -168,6 +168,15 @@ def judge_ranks(m: Measurement) -> JudgedRank:
     return JudgedRank(p, None if i is None else atts[i], i, atts)
 
 
+#: How `run_free_at_start` labels a start read on another rank than the judged one (and how readers recognise it).
+OTHER_RANK_START = "estimated from rank"
+
+
+def other_rank_start(how: str) -> bool:
+    """Whether a run's free at start (its `free_at_start_how`) is another rank's reading."""
+    return how.startswith(OTHER_RANK_START)
+
+
 def run_free_at_start(m: Measurement, j: JudgedRank) -> tuple[float | None, str]:
     """The run's free memory at start and where it comes from: the judged rank's own reading (`free_at_start`);
     where that rank printed none (a log interleaves ranks and often shows one rank's 'Load weight begin' only),
@@ -189,7 +198,7 @@ def run_free_at_start(m: Measurement, j: JudgedRank) -> tuple[float | None, str]
         return None, "unknown: no rank printed a reading before the weights"
     mib, i, f = min(others, key=lambda o: (o[0] or 0.0, o[1]))
     of = f"the smallest of {len(others)} ranks' readings, " if len(others) > 1 else ""
-    return mib, (f"estimated from rank {_label(m.ranks[i], labels)}: the judged rank {_label(r, labels)} printed none "
+    return mib, (f"{OTHER_RANK_START} {_label(m.ranks[i], labels)}: the judged rank {_label(r, labels)} printed none "
                  f"({of}{f.how}: {f.what})")  # fmt: skip
 
 
@@ -589,7 +598,7 @@ def compare(
         basis += f"; {note}"
     if unreached and s.recommended_mfs is not None:
         basis += f"; rests on a partial load: {unreached} — the activation reserve stands in for the rest"
-    if start_how.startswith("estimated") and s.recommended_mfs is not None:
+    if other_rank_start(start_how) and s.recommended_mfs is not None:
         basis += f"; free at start {start_how}"
     pools = _request_pools(r)
     if unread and verdict == "unknown" and att is not None and att.worst_free_mib is not None:

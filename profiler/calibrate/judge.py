@@ -29,6 +29,7 @@ from typing import Any
 
 import pandas as pd
 
+from profiler.analyse.compare import other_rank_start
 from profiler.calibrate.shapes import Fit, calibrated_sum
 from profiler.core import ui
 from profiler.model.heuristic.constants import FLOOR_GPU_MIB, FLOOR_MIB, PRE_FLOOR_TERMS, PREFILL_GRAPH_MLA_MIB
@@ -195,11 +196,6 @@ class Evaluation:
             d.pop("terms")
             runs.append(d | {"term": "total", "measured_mib": r.need_mib})
         return finite({"summary": summary, "runs": runs})
-
-
-def other_rank_start(how: str) -> bool:
-    """Whether a run's free at start is another rank's reading (`compare.run_free_at_start` labels it so)."""
-    return how.startswith("estimated from rank")
 
 
 def _fraction(gpu: float, reserve: float) -> float:

@@ -241,7 +241,9 @@ def test_patch_from_the_bundled_real_logs(tmp_path: Path, capsys, ingested: Path
     raises every judged run's reserve; held out by model it avoids no OOM and gives up KV cache on the 10 runs that can
     be judged (4 before issue 24 estimated a GPU capacity from the free memory and added a fixture), so --emit-patch
     refuses and prints the evaluation (issue 18). calibration.json is still written, with the evidence and the
-    candidates."""
+    candidates. Still 10 with another rank's start reading taken where the judged rank printed none (issue 24
+    follow-up): the runs it gives a start to measured no need after the KV pool (cut-off logs), so none more is judged.
+    """
     res = ingested
     patch, cal = tmp_path / "p.patch", tmp_path / "c.json"
     assert main(["calibrate", str(res), "--out", str(cal), "--emit-patch", str(patch)]) == 2

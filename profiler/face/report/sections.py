@@ -10,6 +10,7 @@ from typing import Any
 
 import pandas as pd
 
+from profiler.analyse.compare import OTHER_RANK_START, other_rank_start
 from profiler.analyse.verdict import TIGHT_MIB
 from profiler.face.report.document import (
     _DASH,
@@ -222,8 +223,11 @@ def startup_table(s: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for _, r in s.iterrows():
         slack, head = as_float(r.get("slack_total_mib")), as_float(r.get("headroom_startup_mib"))
+        start, how = mib(r.get("free_at_start_mib")), as_text(r.get("free_at_start_how"))
+        if other_rank_start(how):  # the judged rank printed none: another rank's, said so
+            start += f" (rank {how.removeprefix(OTHER_RANK_START).split(':')[0].strip()}'s)"
         rows.append({
-            "run": str(r["run_id"]), "mfs": frac(r.get("mfs")), "free at start MiB": mib(r.get("free_at_start_mib")),
+            "run": str(r["run_id"]), "mfs": frac(r.get("mfs")), "free at start MiB": start,
             "slack = free × (1 − mfs) MiB": mib(slack), "used after KV MiB": mib(r.get("used_after_kv_mib")),
             "headroom at end of startup MiB": mib(head),
             "headroom ÷ slack": _DASH if not slack or head is None else f"{head / slack:.0%}",
