@@ -363,8 +363,8 @@ def test_deepep_size_of_a_model_with_a_wrong_field(tmp_path: Path, capsys: pytes
     model.mkdir(exist_ok=True)
     (model / "config.json").write_text(json.dumps(cfg))
     rc, err = outcome(capsys, ["deepep-size", "--model", str(model)])
-    if rc == 2:
-        assert "config" in err, err
+    if rc == 2:  # the file and field named, or the value the sizing cannot take (1 expert on 8 ranks) named
+        assert "config" in err or f"={value}" in err.replace(" ", ""), err
 
 
 def test_a_manifest_as_sweeps_write_it_reads_back(tmp_path: Path) -> None:
