@@ -188,7 +188,7 @@ def _stream(f: BinaryIO, name: str, size: int, raw: _Counting) -> Iterator[bytes
         raise MemfracError(f"{name}: compressed data is damaged or cut off ({e})") from e
     except Exception as e:  # zstandard.ZstdError and friends
         if type(e).__module__.startswith("zstandard"):
-            raise MemfracError(f"{name}: zstd data is damaged or cut off ({e})") from e
+            raise MemfracError(f"{name}: zstd-compressed data is damaged or cut off ({e})") from e
         raise
     finally:
         if f is not raw:
@@ -202,6 +202,7 @@ def _incremental(f: _Counting, name: str, size: int, new: Callable[[], Any], kin
     file, so a truncated log is never read silently as a run that stopped early."""
     d = new()
     got = 0
+    what = f"{kind}-compressed" if kind else "compressed"
     try:
         while block := f.read(size):
             try:
@@ -215,7 +216,7 @@ def _incremental(f: _Counting, name: str, size: int, new: Callable[[], Any], kin
                     e
                 ).__module__.startswith("zstandard"):
                     raise
-                raise MemfracError(f"{name}: {kind or 'compressed'} data is damaged ({e})") from e
+                raise MemfracError(f"{name}: {what} data is damaged ({e})") from e
             if out:
                 got += len(out)
                 yield out
@@ -225,10 +226,10 @@ def _incremental(f: _Counting, name: str, size: int, new: Callable[[], Any], kin
             yield tail
         if not d.eof:
             if not got:
-                raise MemfracError(f"{name}: {kind or 'compressed'} data is cut off before any text")
+                raise MemfracError(f"{name}: {what} data is cut off before any text")
             warnings.warn(
-                MemfracWarning(f"{name}: {kind or 'compressed'} data is truncated (cut off after {got:,} bytes of "
-                               "text); what was read is kept, the rest of the log is missing"),
+                MemfracWarning(f"{name}: {what} data is truncated (cut off after {got:,} bytes of text); what was "
+                               "read is kept, the rest of the log is missing"),
                 stacklevel=2,
             )  # fmt: skip
     finally:

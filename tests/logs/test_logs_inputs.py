@@ -43,7 +43,7 @@ def test_concatenated_gzip_members_and_a_cut_off_stream(tmp_path: Path) -> None:
     assert records(parse_log(f)) == records(parse_log(LOG))
     cut = tmp_path / "cut.log.xz"
     cut.write_bytes(COMPRESS["xz"](data)[:-40])  # copied while being written: the text there is kept
-    with pytest.warns(MemfracWarning, match=r"cut\.log\.xz: xz data is truncated"):
+    with pytest.warns(MemfracWarning, match=r"cut\.log\.xz: xz-compressed data is truncated"):
         (m,) = parse_log(cut)
     assert m.ranks[0].phase("weights") is not None
 
@@ -56,7 +56,8 @@ def test_a_truncated_compressed_log_says_so_and_keeps_what_was_read(codec: str, 
     packed = COMPRESS[codec](text)
     f = tmp_path / "cut.log"
     f.write_bytes(packed[: len(packed) * 3 // 4])
-    with pytest.warns(MemfracWarning, match=rf"cut\.log: {codec} data is truncated \(cut off after [\d,]+ bytes"):
+    cut = rf"cut\.log: {codec}-compressed data is truncated \(cut off after [\d,]+ bytes"
+    with pytest.warns(MemfracWarning, match=cut):
         got = b"".join(open_chunks(f))
     assert 0 < len(got) < len(text) and text.startswith(got)  # the text before the cut, unchanged
     whole = tmp_path / "whole.log"
